@@ -1,0 +1,20 @@
+"""gelu-onnx: fuse every GELU spelling in an ONNX graph into one op."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .contract import DOMAIN, OP_TYPES  # noqa: F401
+
+
+def __getattr__(name):
+    # Lazy: importing the package must stay cheap and must not need
+    # onnxruntime until a runtime feature is used.
+    if name in ("fuse", "fuse_with_report", "inspect"):
+        from . import fuse as _fuse
+
+        return getattr(_fuse, name)
+    if name == "session_options":
+        from .ortlib import session_options
+
+        return session_options
+    raise AttributeError(name)

@@ -1,0 +1,97 @@
+"""The one source of truth for names, constants and tolerances.
+
+Everything that another component relies on lives here: the custom op's
+domain / op types / attributes (mirrored, and checked by a test, in
+``plugins/common/gelu_contract.h``), the GELU constants, and the per-dtype
+tolerances used both for matching constants and for parity checks.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from onnx import TensorProto
+
+# --- The custom op ---------------------------------------------------------
+# One logical op, spelled as one op type per (form, bias) so that every op
+# type has a single fixed body when shipped as a model-local function (a
+# function cannot branch on an attribute or on an absent optional input).
+# TensorRT: plugin name = op type, plugin version = str(OPSET_VERSION),
+# plugin namespace = DOMAIN.
+DOMAIN = "ai.gelu_onnx"
+OPSET_VERSION = 1
+
+FORMS = ("erf", "tanh", "sigmoid")
+
+OP_TYPES = {
+    ("erf", False): "GeluErf",
+    ("tanh", False): "GeluTanh",
+    ("sigmoid", False): "GeluSigmoid",
+    ("erf", True): "BiasGeluErf",
+    ("tanh", True): "BiasGeluTanh",
+    ("sigmoid", True): "BiasGeluSigmoid",
+}
+FORM_OF_OP_TYPE = {op: key for key, op in OP_TYPES.items()}
+
+# The sigmoid forms carry alpha: y = x * sigmoid(alpha * x).
+ATTR_ALPHA = "alpha"
+QUICK_GELU_ALPHA = 1.702
+# x*sigmoid(a*x) is only a GELU for a near 1.702; a = 1 is SiLU/Swish, which we
+# must not relabel. Band chosen to include every published QuickGELU spelling.
+SIGMOID_ALPHA_RANGE = (1.5, 1.9)
+
+# --- GELU constants --------------------------------------------------------
+SQRT2 = math.sqrt(2.0)
+INV_SQRT2 = 1.0 / SQRT2
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+TANH_CUBIC_COEFF = 0.044715
+
+# --- dtypes ----------------------------------------------------------------
+FLOAT_DTYPES = {
+    TensorProto.FLOAT: "float32",
+    TensorProto.FLOAT16: "float16",
+    TensorProto.BFLOAT16: "bfloat16",
+    TensorProto.DOUBLE: "float64",
+}
+# Kernel dtypes (what the custom op / plugin accept).
+KERNEL_DTYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+# Function-level matching tolerance: a candidate subgraph f is accepted as the
+# GELU g when max |f(x) - g(x)| / max(|x|, 1) over the probe grid is at most
+# this. Sized to a few units of the dtype's rounding of the constants (fp16
+# rounds sqrt(2) to 1.4140625, 1.1e-4 off) and far below the gap between
+# families or a wrong constant (x/2 instead of x/sqrt2 is off by ~0.1).
+MATCH_TOLERANCE = {
+    "float64": 1e-7,
+    "float32": 1e-6,
+    "float16": 2e-3,
+    "bfloat16": 1.6e-2,
+}
+
+# Default parity tolerances (max |a-b| <= atol + rtol*|b|) per output dtype.
+# fp32 / fp16 figures are the product's acceptance goals.
+PARITY_TOLERANCE = {
+    "float64": {"rtol": 1e-7, "atol": 1e-9},
+    "float32": {"rtol": 1e-5, "atol": 1e-5},
+    "float16": {"rtol": 2e-3, "atol": 2e-3},
+    "bfloat16": {"rtol": 1.6e-2, "atol": 1.6e-2},
+}
+
+# Highest IR version onnxruntime 1.31 loads (onnx >= 1.23 writes 14).
+MAX_IR_VERSION = 13
+# Model-local functions need IR >= 8.
+MIN_IR_FOR_FUNCTIONS = 8
+# ONNX Gelu (approximate none|tanh) exists from opset 20.
+STANDARD_GELU_OPSET = 20
+MS_DOMAIN = "com.microsoft"
+
+
+def np_dtype(elem_type: int):
+    """numpy dtype for an ONNX float elem_type (bfloat16 via ml_dtypes)."""
+    if elem_type == TensorProto.BFLOAT16:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))

@@ -1,0 +1,37 @@
+"""Errors the CLI turns into one clear line and a documented exit code.
+
+Exit codes (also in the README):
+  0  success
+  1  parity check failed (``check``) / a fusion left a model that differs
+  2  bad input: unreadable, malformed or unsafe model, bad arguments
+  3  unsupported: a valid request this tool cannot carry out (e.g. an opset
+     upgrade with no verified path)
+  4  internal error (a bug: please report it)
+"""
+from __future__ import annotations
+
+
+class GeluOnnxError(Exception):
+    exit_code = 4
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class ParityError(GeluOnnxError):
+    exit_code = 1
+
+
+class InputError(GeluOnnxError):
+    """The input (model file, npz, arguments) is unreadable, malformed or unsafe."""
+
+    exit_code = 2
+
+
+class UnsafeModelError(InputError):
+    """The model points outside its folder (external data escaping, symlinks)."""
+
+
+class UnsupportedError(GeluOnnxError):
+    exit_code = 3

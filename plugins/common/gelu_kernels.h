@@ -1,0 +1,48 @@
+// C ABI of the shared GELU kernels. Used by the ONNX Runtime custom-op
+// library, the TensorRT plugin, and (through ctypes) the Python tests.
+//
+//   y[i] = f(x[i] + bias[i % bias_len])     (bias == NULL: no bias)
+//   f = erf:     0.5 * v * (1 + erf(v / sqrt(2)))
+//       tanh:    0.5 * v * (1 + tanh(sqrt(2/pi) * (v + 0.044715 v^3)))
+//       sigmoid: v * sigmoid(alpha * v)
+// fp16/bf16 are loaded, computed in fp32, and rounded once on store.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { GELU_FORM_ERF = 0, GELU_FORM_TANH = 1, GELU_FORM_SIGMOID = 2 } gelu_form_t;
+typedef enum { GELU_DTYPE_F32 = 0, GELU_DTYPE_F16 = 1, GELU_DTYPE_BF16 = 2 } gelu_dtype_t;
+
+typedef enum {
+  GELU_OK = 0,
+  GELU_ERR_BAD_FORM = 1,
+  GELU_ERR_BAD_DTYPE = 2,
+  GELU_ERR_BAD_BIAS = 3,   // bias_len <= 0 with bias != NULL, or n % bias_len != 0
+  GELU_ERR_BAD_ARG = 4,    // NULL pointers with n > 0, n < 0
+  GELU_ERR_CUDA = 5,       // a CUDA launch failed (see cudaGetLastError)
+  GELU_ERR_NO_CUDA = 6,    // library built without CUDA
+} gelu_status_t;
+
+// CPU: computes elements [begin, end) of the flat tensor (so any thread pool
+// can split the work); bias indexing is by the global element index.
+// Dispatches at run time to AVX-512, AVX2+FMA or scalar code.
+gelu_status_t gelu_cpu_range(gelu_form_t form, gelu_dtype_t dtype, const void* x,
+                             const void* bias, int64_t bias_len, void* y,
+                             int64_t begin, int64_t end, float alpha);
+
+// Which CPU path gelu_cpu_range uses on this machine: "avx512", "avx2", "scalar".
+// GELU_ONNX_CPU_ISA=scalar|avx2|avx512 in the environment caps it (for tests).
+const char* gelu_cpu_isa(void);
+
+// CUDA: enqueues the whole tensor on `stream` (a cudaStream_t; NULL = default).
+gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, const void* x,
+                               const void* bias, int64_t bias_len, void* y, int64_t n,
+                               float alpha, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
