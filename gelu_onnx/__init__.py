@@ -9,10 +9,10 @@ from .contract import DOMAIN, OP_TYPES  # noqa: F401
 def __getattr__(name):
     # Lazy: importing the package must stay cheap and must not need
     # onnxruntime until a runtime feature is used.
-    if name in ("fuse", "fuse_with_report", "inspect"):
-        from . import fuse as _fuse
+    if name in ("fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult"):
+        from . import api
 
-        return getattr(_fuse, name)
+        return getattr(api, name)
     if name == "session_options":
         from .ortlib import session_options
 

@@ -1,0 +1,247 @@
+"""The public fusion API: plan (match + check every graph), then rewrite."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+import onnx
+from onnx import ModelProto
+
+from . import contract as C
+from .errors import InputError, UnsupportedError
+from .graph import GraphIndex, subgraphs
+from .match import Match, NearMiss, find_bias, find_matches
+from .rewrite import (
+    NameGen,
+    add_functions,
+    default_opset,
+    drop_dead_constants,
+    drop_stale_value_info,
+    emit_nodes,
+    ensure_opset,
+    replace_regions,
+    wider,
+)
+from .targets import TARGETS, emission, make_function, supported, target_takes_bias
+
+
+@dataclass
+class Fusion:
+    form: str
+    bias: bool
+    alpha: float | None
+    graph: str
+    root: str
+    nodes: list[str]
+    dtype: str
+    op: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FuseResult:
+    model: ModelProto
+    target: str
+    fusions: list[Fusion] = field(default_factory=list)
+    near_misses: list[NearMiss] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        by_form: dict[str, int] = {}
+        for f in self.fusions:
+            by_form[f.form] = by_form.get(f.form, 0) + 1
+        return {
+            "target": self.target,
+            "fused": len(self.fusions),
+            "by_form": by_form,
+            "near_misses": len(self.near_misses),
+            "notes": list(self.notes),
+        }
+
+    def as_dict(self) -> dict:
+        d = self.summary()
+        d["fusions"] = [f.as_dict() for f in self.fusions]
+        d["near_miss_list"] = [n.as_dict() for n in self.near_misses]
+        return d
+
+
+# --- loading ------------------------------------------------------------------
+
+def _as_model(model) -> ModelProto:
+    if isinstance(model, ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        try:
+            from .io import load_model_proto
+        except ImportError:  # io.py not there yet during bring-up
+            return onnx.load(os.fspath(model), load_external_data=False)
+        return load_model_proto(model)
+    raise InputError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
+
+
+# --- planning -----------------------------------------------------------------
+
+def _plan(model: ModelProto) -> list[tuple[GraphIndex, list[Match], list[NearMiss]]]:
+    """Match every graph (main graph and all If/Loop/Scan bodies) without
+    changing anything; indexes stay valid for the rewrite that follows."""
+    out: list[tuple[GraphIndex, list[Match], list[NearMiss]]] = []
+
+    def visit(graph, parent, path):
+        idx = GraphIndex(graph, parent, path)
+        for i, node in enumerate(graph.node):
+            for attr, sub in subgraphs(node):
+                label = node.name or f"{node.op_type}#{i}"
+                visit(sub, idx, f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
+        matches, misses = find_matches(idx)
+        for m in matches:
+            find_bias(m)
+        out.append((idx, matches, misses))
+
+    visit(model.graph, None, "")
+    return out
+
+
+def _upgrade_for_standard(model: ModelProto, notes: list[str]) -> ModelProto:
+    """Gelu exists from opset 20: upgrade explicitly with onnx's version
+    converter, check the result, and say so; refuse clearly if it fails."""
+    old = default_opset(model)
+    from onnx import version_converter
+
+    try:
+        upgraded = version_converter.convert_version(model, C.STANDARD_GELU_OPSET)
+        if upgraded.ByteSize() < 2_000_000_000:
+            onnx.checker.check_model(upgraded)
+    except Exception as e:  # the converter raises bare RuntimeErrors
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnsupportedError(
+            f"--target standard needs opset {C.STANDARD_GELU_OPSET} (this model has {old}) and onnx's "
+            f"version converter could not upgrade it ({msg}); use --target custom or --target ort"
+        ) from None
+    upgraded.ir_version = max(min(upgraded.ir_version, C.MAX_IR_VERSION), model.ir_version)
+    notes.append(
+        f"upgraded the default opset {old} -> {C.STANDARD_GELU_OPSET} with onnx.version_converter "
+        f"(checked with onnx.checker); verify parity with `gelu-onnx check`"
+    )
+    return upgraded
+
+
+# --- the API --------------------------------------------------------------------
+
+def fuse_with_report(model, target: str = "custom", *, inplace: bool = False) -> FuseResult:
+    """Fuse every GELU in ``model`` (a ModelProto or a path) for ``target``.
+
+    The input ModelProto is never modified unless ``inplace=True``.
+    """
+    if target not in TARGETS:
+        raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
+    src = _as_model(model)
+    if inplace:
+        m = src
+    else:
+        m = ModelProto()
+        m.CopyFrom(src)
+    res = FuseResult(m, target)
+    plan = _plan(m)
+    if target == "standard" and default_opset(m) < C.STANDARD_GELU_OPSET and any(
+        supported(target, mt.form, wider(mt.leaf_type, mt.root_type)) is None
+        for _, ms, _ in plan for mt in ms
+    ):
+        m = _upgrade_for_standard(m, res.notes)
+        res.model = m
+        plan = _plan(m)
+    _rewrite(m, plan, target, res)
+    return res
+
+
+def fuse(model, target: str = "custom", *, inplace: bool = False) -> ModelProto:
+    """Return a new ModelProto with every GELU fused (see fuse_with_report)."""
+    return fuse_with_report(model, target, inplace=inplace).model
+
+
+def inspect(model, target: str = "custom") -> FuseResult:
+    """Every GELU that ``fuse`` would fuse, and every near-miss; changes nothing."""
+    if target not in TARGETS:
+        raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
+    m = _as_model(model)
+    res = FuseResult(m, target)
+    for idx, matches, misses in _plan(m):
+        for mt in matches:
+            ct = wider(mt.leaf_type, mt.root_type)
+            why = supported(target, mt.form, ct)
+            if why:
+                res.near_misses.append(_unsupported_miss(idx, mt, why))
+                continue
+            use_bias = bool(mt.bias) and target_takes_bias(target, mt.form) and ct == mt.leaf_type
+            res.fusions.append(_record(idx, mt, emission(target, mt.form, use_bias, mt.alpha), use_bias, ct))
+        res.near_misses.extend(misses)
+    return res
+
+
+def _unsupported_miss(idx: GraphIndex, mt: Match, why: str) -> NearMiss:
+    a = idx.node(mt.anchor)
+    code = "no-standard-op" if "no standard op" in why else "unsupported-dtype"
+    return NearMiss(idx.path, a.name or f"{a.op_type}#{mt.anchor}", code, why, mt.form)
+
+
+def _record(idx: GraphIndex, mt: Match, em, use_bias: bool, ct: int) -> Fusion:
+    names = [idx.node(i).name or f"{idx.node(i).op_type}#{i}" for i in mt.nodes]
+    if use_bias and mt.bias_node is not None:
+        bn = idx.node(mt.bias_node)
+        names.insert(0, bn.name or f"Add#{mt.bias_node}")
+    return Fusion(mt.form, use_bias, mt.alpha, idx.path, mt.root, names,
+                  C.FLOAT_DTYPES.get(ct, str(ct)), em.qualified)
+
+
+def _rewrite(m: ModelProto, plan, target: str, res: FuseResult) -> None:
+    names = NameGen(m)
+    opset = default_opset(m)
+    # Older opsets have no CastLike: the function bodies are then typed, one
+    # dtype per op type; call sites of other dtypes compute in float32.
+    typed_functions = target == "custom" and opset < 15
+    fn_types: dict[str, set[int]] = {}
+    accepted: list[tuple[GraphIndex, list[tuple[Match, int, bool]]]] = []
+    for idx, matches, misses in plan:
+        keep = []
+        for mt in matches:
+            ct = wider(mt.leaf_type, mt.root_type)
+            why = supported(target, mt.form, ct)
+            if why:
+                res.near_misses.append(_unsupported_miss(idx, mt, why))
+                continue
+            use_bias = bool(mt.bias) and target_takes_bias(target, mt.form) and ct == mt.leaf_type
+            keep.append((mt, ct, use_bias))
+            if target == "custom":
+                fn_types.setdefault(C.OP_TYPES[(mt.form, use_bias)], set()).add(ct)
+        res.near_misses.extend(misses)
+        accepted.append((idx, keep))
+    fn_dtype: dict[str, int | None] = {}
+    for op_type, types in fn_types.items():
+        fn_dtype[op_type] = (next(iter(types)) if len(types) == 1 else onnx.TensorProto.FLOAT) \
+            if typed_functions else None
+
+    dead: set[str] = set()
+    for idx, keep in accepted:
+        if not keep:
+            continue
+        plans = []
+        for mt, ct, use_bias in keep:
+            if typed_functions:
+                forced = fn_dtype[C.OP_TYPES[(mt.form, use_bias)]]
+                if forced != ct:
+                    ct, use_bias = forced, use_bias and forced == mt.leaf_type
+            em = emission(target, mt.form, use_bias, mt.alpha)
+            plans.append((mt, emit_nodes(mt, em, ct, use_bias, names), use_bias))
+            res.fusions.append(_record(idx, mt, em, use_bias, ct))
+            dead.update(mt.consts)
+        replace_regions(idx.graph, plans)
+    if not res.fusions:
+        return
+    drop_dead_constants(m, dead)
+    drop_stale_value_info(m)
+    if target == "custom":
+        ensure_opset(m, C.DOMAIN, C.OPSET_VERSION)
+        add_functions(m, [make_function(op, opset, fn_dtype[op]) for op in sorted(fn_dtype)])
+    elif target == "ort":
+        ensure_opset(m, C.MS_DOMAIN, 1)

@@ -1,0 +1,244 @@
+"""A small index over one ONNX GraphProto: who produces and who reads each
+tensor, which tensors are constants, and what a subgraph reads from outside.
+
+We work on the ModelProto directly rather than through onnx-graphsurgeon:
+graphsurgeon's import+export of BERT-large alone costs ~5 s, more than the
+whole time budget of a fuse (1.1x a bare load+save); see docs/design.md.
+The index is built once per graph in O(nodes) and never copies tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
+
+# Ops that may sit inside a GELU spelling. All are elementwise on one
+# non-constant operand plus scalar constants.
+BINARY_OPS = {"Add", "Sub", "Mul", "Div", "Pow"}
+UNARY_OPS = {"Neg", "Erf", "Tanh", "Sigmoid", "Cast", "Identity", "Sqrt", "Reciprocal"}
+ELEMENTWISE = BINARY_OPS | UNARY_OPS
+ANCHOR_OPS = {"Erf", "Tanh", "Sigmoid"}
+# Ops we are willing to constant-fold when all their inputs are constants.
+FOLDABLE = ELEMENTWISE
+
+
+def subgraphs(node: NodeProto):
+    """(attribute name, GraphProto) for every graph attribute of a node."""
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            yield attr.name, attr.g
+        elif attr.type == AttributeProto.GRAPHS:
+            for i, g in enumerate(attr.graphs):
+                yield f"{attr.name}[{i}]", g
+
+
+def outer_references(graph: GraphProto) -> set[str]:
+    """Names a (sub)graph reads that it does not define itself (recursively)."""
+    defined = {i.name for i in graph.input}
+    defined.update(t.name for t in graph.initializer)
+    defined.update(t.values.name for t in graph.sparse_initializer)
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(n for n in node.input if n)
+        for _, g in subgraphs(node):
+            used |= outer_references(g)
+        defined.update(node.output)
+    used.update(o.name for o in graph.output)
+    return used - defined
+
+
+@dataclass
+class ConstInfo:
+    """A resolved constant: its value (as stored, original dtype) and origin."""
+
+    value: np.ndarray
+    elem_type: int
+    # The node (index in this graph) that produces it, if it is a Constant or a
+    # folded node; None for initializers.
+    producer: int | None = None
+
+
+class GraphIndex:
+    """Producer/consumer maps and constant resolution for one graph.
+
+    ``parent`` is the index of the enclosing graph (for subgraphs): names not
+    defined here are looked up there, as ONNX scoping rules say.
+    """
+
+    def __init__(self, graph: GraphProto, parent: "GraphIndex | None" = None, path: str = ""):
+        self.graph = graph
+        self.parent = parent
+        self.path = path
+        self.producer: dict[str, int] = {}
+        self.consumers: dict[str, list[int]] = {}
+        self.graph_inputs = {i.name for i in graph.input}
+        self.graph_outputs = {o.name for o in graph.output}
+        self.initializers: dict[str, TensorProto] = {t.name: t for t in graph.initializer}
+        self.value_types: dict[str, int] = {}
+        self.value_shapes: dict[str, list] = {}
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.elem_type:
+                self.value_types[vi.name] = tt.elem_type
+                if tt.HasField("shape"):
+                    self.value_shapes[vi.name] = [
+                        d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
+                    ]
+        for name, t in self.initializers.items():
+            self.value_types.setdefault(name, t.data_type)
+            self.value_shapes.setdefault(name, list(t.dims))
+        for i, node in enumerate(graph.node):
+            for name in node.input:
+                if name:
+                    self.consumers.setdefault(name, []).append(i)
+            # A node with subgraphs reads every outer name its bodies use.
+            if any(True for _ in subgraphs(node)):
+                refs: set[str] = set()
+                for _, g in subgraphs(node):
+                    refs |= outer_references(g)
+                for name in refs:
+                    lst = self.consumers.setdefault(name, [])
+                    if not lst or lst[-1] != i:
+                        lst.append(i)
+            for name in node.output:
+                if name:
+                    self.producer[name] = i
+        self._const_cache: dict[str, ConstInfo | None] = {}
+
+    # -- names ---------------------------------------------------------------
+    def node(self, i: int) -> NodeProto:
+        return self.graph.node[i]
+
+    def is_overridable(self, name: str) -> bool:
+        """An initializer that is also a graph input can be fed at run time."""
+        if name in self.initializers or name in self.graph_inputs:
+            return name in self.graph_inputs
+        return self.parent.is_overridable(name) if self.parent and name not in self.producer else False
+
+    def defines(self, name: str) -> bool:
+        return name in self.producer or name in self.graph_inputs or name in self.initializers
+
+    def elem_type(self, name: str) -> int | None:
+        if name in self.value_types:
+            return self.value_types[name]
+        if self.parent is not None and not self.defines(name):
+            return self.parent.elem_type(name)
+        return None
+
+    def shape(self, name: str) -> list | None:
+        if name in self.value_shapes:
+            return self.value_shapes[name]
+        if self.parent is not None and not self.defines(name):
+            return self.parent.shape(name)
+        return None
+
+    # -- constants -----------------------------------------------------------
+    def constant(self, name: str) -> ConstInfo | None:
+        """The value of ``name`` if it is a true constant (never overridable).
+
+        Initializers (not graph inputs), Constant nodes, and elementwise nodes
+        whose inputs are all constants (e.g. ``Sqrt(2.0)``) count; large
+        tensors are returned too, but only small ones are ever materialised
+        from external storage (we never read external weight payloads).
+        """
+        if name in self._const_cache:
+            return self._const_cache[name]
+        self._const_cache[name] = None  # guards against cycles
+        info = self._resolve_constant(name)
+        self._const_cache[name] = info
+        return info
+
+    def _resolve_constant(self, name: str) -> ConstInfo | None:
+        if name in self.graph_inputs:
+            return None
+        if name in self.initializers:
+            t = self.initializers[name]
+            value = tensor_value(t)
+            return None if value is None else ConstInfo(value, t.data_type)
+        if name in self.producer:
+            i = self.producer[name]
+            node = self.graph.node[i]
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                return _constant_node_value(node, i)
+            if node.op_type in FOLDABLE and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+                ins = [self.constant(n) for n in node.input if n]
+                if ins and all(c is not None for c in ins) and all(c.value.size <= 16 for c in ins):
+                    folded = _fold(node, [c.value for c in ins])
+                    if folded is not None:
+                        et = _elem_type_of(folded, ins[0].elem_type, node)
+                        return ConstInfo(folded, et, producer=i)
+            return None
+        if self.parent is not None:
+            return self.parent.constant(name)
+        return None
+
+
+def tensor_value(t: TensorProto) -> np.ndarray | None:
+    """numpy value of a small tensor; None for external/huge tensors we don't read."""
+    n = 1
+    for d in t.dims:
+        n *= d
+    if t.data_location == TensorProto.EXTERNAL or n > 4096:
+        return None
+    try:
+        return numpy_helper.to_array(t)
+    except Exception:  # malformed tensors are simply not constants to us
+        return None
+
+
+def _constant_node_value(node: NodeProto, i: int) -> ConstInfo | None:
+    for attr in node.attribute:
+        if attr.name == "value" and attr.type == AttributeProto.TENSOR:
+            v = tensor_value(attr.t)
+            return None if v is None else ConstInfo(v, attr.t.data_type, producer=i)
+        if attr.name == "value_float":
+            return ConstInfo(np.array(attr.f, dtype=np.float32), TensorProto.FLOAT, producer=i)
+        if attr.name == "value_floats":
+            return ConstInfo(np.array(attr.floats, dtype=np.float32), TensorProto.FLOAT, producer=i)
+        if attr.name == "value_int":
+            return ConstInfo(np.array(attr.i, dtype=np.int64), TensorProto.INT64, producer=i)
+        if attr.name == "value_ints":
+            return ConstInfo(np.array(attr.ints, dtype=np.int64), TensorProto.INT64, producer=i)
+    return None
+
+
+def _elem_type_of(value: np.ndarray, fallback: int, node: NodeProto) -> int:
+    if node.op_type == "Cast":
+        for a in node.attribute:
+            if a.name == "to":
+                return a.i
+    return fallback
+
+
+def _fold(node: NodeProto, vals: list[np.ndarray]) -> np.ndarray | None:
+    """Evaluate a tiny all-constant elementwise node in its own dtype."""
+    op = node.op_type
+    try:
+        with np.errstate(all="ignore"):
+            if op == "Cast":
+                to = next((a.i for a in node.attribute if a.name == "to"), None)
+                from .contract import np_dtype
+
+                if to is None:
+                    return None
+                return vals[0].astype(np_dtype(to)) if to in (1, 10, 11, 16) else None
+            if op in ("Identity",):
+                return vals[0]
+            if op == "Sqrt":
+                return np.sqrt(vals[0])
+            if op == "Neg":
+                return np.negative(vals[0])
+            if op == "Reciprocal":
+                return (np.ones((), vals[0].dtype) / vals[0]).astype(vals[0].dtype)
+            if len(vals) != 2:
+                return None
+            a, b = vals
+            if op == "Pow":
+                return np.power(a, b).astype(a.dtype)
+            if a.dtype != b.dtype:
+                return None
+            fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}.get(op)
+            return None if fn is None else fn(a, b).astype(a.dtype)
+    except Exception:
+        return None
