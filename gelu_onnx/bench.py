@@ -1,0 +1,189 @@
+"""Timing: the original and the fused model side by side in one process.
+
+For each ONNX Runtime optimization level both sessions are built with the same
+options (intra-op threads, sequential execution, our custom-op library when
+available), warmed up, then timed in alternating order (original/fused, then
+fused/original) so that clock drift, turbo and cache state hit both equally.
+The figure of merit is median fused / median original (< 1 = fused faster).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from . import parity
+from .errors import InputError
+
+BENCH_DIM_DEFAULT = 32
+DEFAULT_OPT_LEVELS = ("basic", "all")
+
+
+@dataclass
+class Timing:
+    opt_level: str
+    original_ms: float  # median
+    fused_ms: float
+    ratio: float  # fused / original
+    original_min_ms: float
+    fused_min_ms: float
+    parity_ok: bool  # outputs of the timed sessions agree within default tolerance
+    repeats: int
+
+
+@dataclass
+class BenchReport:
+    original: str
+    fused: str
+    target: str | None
+    fusions: int | None  # when fused in memory
+    provider: str
+    library: bool
+    threads: int
+    warmup: int
+    repeats: int
+    inputs: list[dict]
+    results: list[Timing]
+    machine: dict
+    versions: dict
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return parity.json_safe(asdict(self))
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(threads: int) -> dict:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "cpu": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": usable,
+        "intra_op_threads": threads,
+        "platform": platform.platform(),
+    }
+
+
+def versions() -> dict:
+    import onnxruntime as ort
+
+    from . import __version__
+
+    return {
+        "gelu_onnx": __version__,
+        "onnxruntime": ort.__version__,
+        "onnx": onnx.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _time_pair(a: parity.OrtRunner, b: parity.OrtRunner, feeds_a, feeds_b, warmup: int, repeats: int):
+    for _ in range(warmup):
+        a.run(feeds_a)
+        b.run(feeds_b)
+    ta, tb = [], []
+    for i in range(repeats):
+        order = ((a, feeds_a, ta), (b, feeds_b, tb)) if i % 2 == 0 else ((b, feeds_b, tb), (a, feeds_a, ta))
+        for r, f, acc in order:
+            t0 = time.perf_counter()
+            r.run(f)
+            acc.append((time.perf_counter() - t0) * 1e3)
+    return ta, tb
+
+
+def bench(
+    original,
+    fused=None,
+    *,
+    target: str = "custom",
+    opt_levels=DEFAULT_OPT_LEVELS,
+    threads: int = 2,
+    warmup: int = 10,
+    repeats: int = 50,
+    provider: str = "cpu",
+    use_library: bool | None = None,
+    seed: int = 0,
+    inputs=None,
+    dims=None,
+    dim_default: int = BENCH_DIM_DEFAULT,
+    load=None,
+) -> BenchReport:
+    """Time ``original`` against ``fused`` (path or ModelProto; None = fuse
+    ``original`` in memory with ``target``)."""
+    if threads < 1:
+        raise InputError(f"--threads must be >= 1, got {threads}")
+    if warmup < 0 or repeats < 1:
+        raise InputError(f"--warmup must be >= 0 and --repeats >= 1 (got {warmup}, {repeats})")
+    if provider not in ("cpu", "cuda"):
+        raise InputError(f"bench runs ONNX Runtime sessions: provider must be cpu or cuda, got '{provider}'")
+    for lvl in opt_levels:
+        if lvl not in parity.OPT_LEVELS:
+            raise InputError(f"unknown optimization level '{lvl}' (choose from {', '.join(parity.OPT_LEVELS)})")
+    load = load or parity.load_model
+    po = original if isinstance(original, onnx.ModelProto) else load(original)
+    notes, nfus = [], None
+    if fused is None:
+        from . import fuse_with_report
+
+        res = fuse_with_report(po, target=target)
+        fused_arg, nfus = res.model, len(res.fusions)
+        notes.extend(res.notes)
+        if nfus == 0:
+            notes.append("no GELU was fused: both sessions run the same graph")
+    else:
+        fused_arg = fused
+        target = None
+    if inputs is None:
+        feeds, src = parity.make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
+    else:
+        feeds, src = parity.load_npz(inputs, po), f"npz:{inputs}"
+    use = parity._resolve_library(use_library)
+    orig_arg = original  # a path lets ORT resolve external data next to it
+    results = []
+    for lvl in opt_levels:
+        ro = parity.OrtRunner(orig_arg, provider, use, lvl, threads, label="original")
+        rf = parity.OrtRunner(fused_arg, provider, use, lvl, threads, label="fused")
+        fo = {k: v for k, v in feeds.items() if k in ro.input_names}
+        ff = {k: v for k, v in feeds.items() if k in rf.input_names}
+        rows = parity.compare(ro.run(fo), rf.run(ff))
+        ta, tb = _time_pair(ro, rf, fo, ff, warmup, repeats)
+        mo, mf = statistics.median(ta), statistics.median(tb)
+        results.append(Timing(lvl, mo, mf, mf / mo if mo > 0 else float("inf"), min(ta), min(tb),
+                              all(r.passed for r in rows), repeats))
+        del ro, rf
+    return BenchReport(
+        original=parity._label(original),
+        fused=parity._label(fused) if fused is not None else f"<fused in memory, target {target}>",
+        target=target,
+        fusions=nfus,
+        provider=provider,
+        library=use,
+        threads=threads,
+        warmup=warmup,
+        repeats=repeats,
+        inputs=parity.describe_inputs(feeds, src),
+        results=results,
+        machine=machine_info(threads),
+        versions=versions(),
+        notes=notes,
+    )

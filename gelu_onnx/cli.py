@@ -1,0 +1,440 @@
+"""The ``gelu-onnx`` command line: fuse, inspect, check, bench.
+
+Every failure is one line on stderr ("gelu-onnx: error: ...") and the exit
+code of its class in gelu_onnx.errors (argparse's own usage errors exit 2);
+unexpected exceptions are "internal error" lines, exit 4, with the traceback
+only under GELU_ONNX_DEBUG=1. ``--json`` puts a machine-readable result on
+stdout (on failure: {"ok": false, "error": ..., "exit_code": ...}).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from . import __version__
+from .errors import GeluOnnxError, InputError
+
+TARGETS = ("custom", "standard", "ort")
+EXIT_INTERNAL = 4
+
+
+# --- model I/O -----------------------------------------------------------------
+
+
+def _load(path):
+    from .parity import load_model
+
+    return load_model(path)
+
+
+def _save(model, path) -> None:
+    """Through gelu_onnx.io (atomic, validated) when present; else temp file + rename."""
+    try:
+        from .io import save_model
+    except ImportError:
+        save_model = None
+    if save_model is not None:
+        save_model(model, path)
+        return
+    import onnx
+
+    p = Path(path)
+    if not p.parent.is_dir():
+        raise InputError(f"{path}: folder {p.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        onnx.save_model(model, tmp)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def _record(obj) -> dict:
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    if hasattr(obj, "_asdict"):
+        return dict(obj._asdict())
+    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+
+
+def _emit_json(doc) -> None:
+    from .parity import json_safe
+
+    print(json.dumps(json_safe(doc), indent=2))
+
+
+def _table(rows: list[list], header: list[str]) -> str:
+    cells = [header] + [[("" if c is None else str(c)) for c in r] for r in rows]
+    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in cells)
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "es" if word.endswith("s") else "s")
+
+
+def _graph(g: str) -> str:
+    return g or "main"
+
+
+# --- argument types ----------------------------------------------------------------
+
+
+def _dim(s: str):
+    name, sep, val = s.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got '{s}'")
+    try:
+        v = int(val)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}': VALUE must be an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"'{s}': VALUE must be >= 0")
+    return name, v
+
+
+def _tol(s: str):
+    """VALUE (every float dtype) or DTYPE=VALUE."""
+    from .contract import PARITY_TOLERANCE
+
+    dtype, sep, val = s.rpartition("=")
+    if sep and dtype not in PARITY_TOLERANCE:
+        raise argparse.ArgumentTypeError(f"'{dtype}' is not a float dtype (use one of {', '.join(PARITY_TOLERANCE)})")
+    try:
+        v = float(val)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected VALUE or DTYPE=VALUE, got '{s}'") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"'{s}': tolerance must be a finite number >= 0")
+    return (dtype or None), v
+
+
+def _tolerances(args) -> dict:
+    from .contract import PARITY_TOLERANCE
+
+    out: dict = {}
+    for key, given in (("rtol", args.rtol), ("atol", args.atol)):
+        for dtype, v in given or []:
+            for dt in [dtype] if dtype else PARITY_TOLERANCE:
+                out.setdefault(dt, {})[key] = v
+    return out
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{s}'") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def _nonneg_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{s}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _dims(args) -> dict:
+    return dict(args.dim or [])
+
+
+def _need_file(path: str, what: str = "") -> None:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such file")
+    if not p.is_file():
+        raise InputError(f"{path}: not a regular file")
+
+
+# --- commands ----------------------------------------------------------------------
+
+
+def cmd_fuse(args) -> int:
+    import onnx
+
+    from . import fuse_with_report
+    from .contract import MAX_IR_VERSION
+    from .errors import GeluOnnxError as _Bug
+
+    _need_file(args.input)
+    if _same_file(args.input, args.output) and not args.overwrite_input:
+        raise InputError(f"{args.output} is the input file; refusing to overwrite it (pass --overwrite-input)")
+    model = _load(args.input)
+    res = fuse_with_report(model, target=args.target)
+    out = res.model
+    # The issue's promise: every written model passes onnx.checker and loads in ORT 1.31.
+    if out.ir_version > MAX_IR_VERSION:
+        raise _Bug(f"fused model has IR version {out.ir_version} > {MAX_IR_VERSION} (a bug: please report)")
+    if out.ByteSize() < 2**31 - 1:
+        try:
+            onnx.checker.check_model(out)
+        except onnx.checker.ValidationError as e:
+            raise _Bug(f"fused model fails onnx.checker: {str(e).splitlines()[0]} (a bug: please report)") from e
+    _save(out, args.output)
+    fusions = [_record(f) for f in res.fusions]
+    near = [_record(n) for n in res.near_misses]
+    by_form = Counter(f.get("form") for f in fusions)
+    if args.json:
+        _emit_json({
+            "ok": True,
+            "input": args.input,
+            "output": args.output,
+            "target": args.target,
+            "fused": len(fusions),
+            "by_form": dict(by_form),
+            "fusions": fusions,
+            "near_misses": near,
+            "notes": list(res.notes),
+        })
+        return 0
+    forms = ", ".join(f"{k}: {v}" for k, v in sorted(by_form.items())) or "none found"
+    print(f"fused {_n(len(fusions), 'GELU')} ({forms}) -> {args.output} [target {args.target}]")
+    if near:
+        print(f"{_n(len(near), 'near-miss')} left unfused:")
+        for n in near:
+            print(f"  {_graph(n.get('graph'))}/{n.get('anchor')}: {n.get('code')}: {n.get('reason')}")
+    for note in res.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from . import inspect as _inspect
+
+    _need_file(args.input)
+    rep = _inspect(_load(args.input))
+    fusions = [_record(f) for f in rep.fusions]
+    near = [_record(n) for n in rep.near_misses]
+    if args.json:
+        _emit_json({"ok": True, "input": args.input, "gelus": len(fusions), "fusions": fusions, "near_misses": near})
+        return 0
+    print(f"{args.input}: {_n(len(fusions), 'GELU')} found, {_n(len(near), 'near-miss')}")
+    if fusions:
+        rows = [[_graph(f.get("graph")), f.get("root"), f.get("form"), "yes" if f.get("bias") else "no",
+                 "" if f.get("alpha") is None else f"{f['alpha']:g}", f.get("dtype"), len(f.get("nodes") or [])]
+                for f in fusions]
+        print()
+        print(_table(rows, ["graph", "root", "form", "bias", "alpha", "dtype", "nodes"]))
+    if near:
+        print()
+        print(_table([[_graph(n.get("graph")), n.get("anchor"), n.get("code"), n.get("reason")] for n in near],
+                     ["graph", "anchor", "code", "reason"]))
+    return 0
+
+
+def _fmt(x, spec=".3g") -> str:
+    if x is None:
+        return "-"
+    return format(x, spec) if isinstance(x, float) else str(x)
+
+
+def cmd_check(args) -> int:
+    from . import parity
+
+    _need_file(args.original)
+    _need_file(args.fused)
+    if args.inputs is not None:
+        _need_file(args.inputs)
+    rep = parity.check(
+        args.original, args.fused,
+        seed=args.seed, inputs=args.inputs, dims=_dims(args), dim_default=args.dim_default, scale=args.scale,
+        tolerances=_tolerances(args), provider=args.provider, reference_provider=args.reference_provider,
+        use_library=False if args.no_library else None, opt_level=args.opt_level,
+    )
+    if args.save_inputs:
+        feeds = (parity.load_npz(args.inputs, parity.load_model(args.original)) if args.inputs else
+                 parity.make_inputs(parity.load_model(args.original), args.seed, _dims(args), args.dim_default, args.scale))
+        parity.save_npz(feeds, args.save_inputs)
+    if args.json:
+        _emit_json(rep.to_dict())
+        return 0 if rep.ok else 1
+    where = args.provider if rep.reference_provider == rep.provider else f"{rep.provider} (original on {rep.reference_provider})"
+    print(f"check {args.original} vs {args.fused}: provider {where}, "
+          f"library {'yes' if rep.library else 'no'}, opt level {rep.opt_level}")
+    src = "random, seed %d" % rep.seed if rep.seed is not None else rep.inputs[0]["source"] if rep.inputs else "none"
+    print(f"inputs ({src}): " + ", ".join(f"{i['name']} {i['dtype']} {i['shape']}" for i in rep.inputs))
+    rows = [[r.name, r.dtype, r.shape, _fmt(r.max_abs), _fmt(r.max_rel), _fmt(r.max_ulp), _fmt(r.rtol), _fmt(r.atol),
+             "PASS" if r.passed else "FAIL"] for r in rep.outputs]
+    print(_table(rows, ["output", "dtype", "shape", "max_abs", "max_rel", "max_ulp", "rtol", "atol", "result"]))
+    for r in rep.outputs:
+        if r.message:
+            print(f"  {r.name}: {r.message}")
+    for p in rep.problems:
+        print(f"problem: {p}")
+    for n in rep.notes:
+        print(f"note: {n}")
+    passed = sum(r.passed for r in rep.outputs)
+    print(f"{'PASS' if rep.ok else 'FAIL'}: {passed} of {len(rep.outputs)} outputs within tolerance")
+    return 0 if rep.ok else 1
+
+
+def cmd_bench(args) -> int:
+    from . import bench as _bench
+
+    _need_file(args.original)
+    if args.fused:
+        _need_file(args.fused)
+    if args.inputs is not None:
+        _need_file(args.inputs)
+    levels = [s.strip() for s in args.opt_levels.split(",") if s.strip()]
+    rep = _bench.bench(
+        args.original, args.fused, target=args.target, opt_levels=levels, threads=args.threads,
+        warmup=args.warmup, repeats=args.repeats, provider=args.provider,
+        use_library=False if args.no_library else None, seed=args.seed, inputs=args.inputs,
+        dims=_dims(args), dim_default=args.dim_default,
+    )
+    if args.json:
+        _emit_json(rep.to_dict())
+        return 0
+    m, v = rep.machine, rep.versions
+    what = rep.fused + (f" ({_n(rep.fusions, 'GELU')} fused)" if rep.fusions is not None else "")
+    print(f"bench {rep.original} vs {what}")
+    print(f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, intra-op threads {rep.threads}, provider {rep.provider}")
+    print(f"versions: onnxruntime {v['onnxruntime']}, onnx {v['onnx']}, numpy {v['numpy']}, python {v['python']}, "
+          f"gelu-onnx {v['gelu_onnx']}; custom-op library {'yes' if rep.library else 'no'}")
+    print("inputs: " + ", ".join(f"{i['name']} {i['dtype']} {i['shape']}" for i in rep.inputs))
+    print(f"median of {rep.repeats} runs after {rep.warmup} warmup, alternating order:")
+    rows = [[t.opt_level, f"{t.original_ms:.3f}", f"{t.fused_ms:.3f}", f"{t.ratio:.3f}",
+             "ok" if t.parity_ok else "MISMATCH"] for t in rep.results]
+    print(_table(rows, ["opt level", "original ms", "fused ms", "fused/original", "parity"]))
+    for n in rep.notes:
+        print(f"note: {n}")
+    return 0
+
+
+# --- parser ------------------------------------------------------------------------
+
+
+def _add_input_args(p, dim_default: int) -> None:
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--inputs", metavar="FILE.npz", help="feed these arrays instead of random ones (one per model input)")
+    p.add_argument("--dim", type=_dim, action="append", metavar="NAME=VALUE",
+                   help="size of a named (symbolic) input dimension; repeatable")
+    p.add_argument("--dim-default", type=_nonneg_int, default=dim_default, metavar="N",
+                   help=f"size of named dims not given by --dim and of unknown dims (default {dim_default})")
+    p.add_argument("--no-library", action="store_true",
+                   help="do not register the gelu-onnx custom-op library (the fused model then runs its model-local functions)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .bench import BENCH_DIM_DEFAULT
+    from .parity import DIM_DEFAULT, OPT_LEVELS, PROVIDERS
+
+    ap = argparse.ArgumentParser(
+        prog="gelu-onnx",
+        description="Fuse every GELU spelling in an ONNX graph into one op, and prove the result matches.",
+        epilog="exit codes: 0 ok, 1 parity failed, 2 bad input, 3 unsupported, 4 internal error",
+    )
+    ap.add_argument("--version", action="version", version=f"gelu-onnx {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("fuse", help="rewrite every GELU into one op and save the model",
+                       description="Rewrite every GELU subgraph into one GELU op and save the model (temp file + rename).")
+    p.add_argument("input", metavar="IN.onnx")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+    p.add_argument("--target", choices=TARGETS, default="custom",
+                   help="custom: ai.gelu_onnx ops with model-local functions (default); standard: ONNX Gelu-20; "
+                        "ort: com.microsoft contrib ops")
+    p.add_argument("--overwrite-input", action="store_true", help="allow OUT.onnx to be IN.onnx")
+    p.add_argument("--json", action="store_true", help="print fusions, near-misses and notes as JSON on stdout")
+    p.set_defaults(func=cmd_fuse)
+
+    p = sub.add_parser("inspect", help="list every GELU and every near-miss (nothing is written)",
+                       description="List every GELU found (graph, root tensor, form, bias, dtype) and every "
+                                   "near-miss with the reason it is not fused. Nothing is written.")
+    p.add_argument("input", metavar="IN.onnx")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("check", help="parity: run original and fused on the same inputs, compare outputs",
+                       description="Run ORIGINAL and FUSED on the same inputs and compare every output "
+                                   "(max abs/rel error, ulp). Exit 1 when any output is outside tolerance.")
+    p.add_argument("original", metavar="ORIGINAL.onnx")
+    p.add_argument("fused", metavar="FUSED.onnx")
+    _add_input_args(p, DIM_DEFAULT)
+    p.add_argument("--scale", type=float, default=1.0, help="random floats are N(0,1) * SCALE (default 1)")
+    p.add_argument("--rtol", type=_tol, action="append", metavar="[DTYPE=]VALUE",
+                   help="relative tolerance for every float output, or for one dtype; repeatable")
+    p.add_argument("--atol", type=_tol, action="append", metavar="[DTYPE=]VALUE",
+                   help="absolute tolerance, same forms as --rtol")
+    p.add_argument("--provider", choices=PROVIDERS, default="cpu",
+                   help="where the fused model runs: cpu (default), cuda (needs onnxruntime-gpu), tensorrt")
+    p.add_argument("--reference-provider", choices=PROVIDERS, default=None,
+                   help="where the original runs (default: same as --provider)")
+    p.add_argument("--opt-level", choices=OPT_LEVELS, default="all", help="ONNX Runtime graph optimization level (default all)")
+    p.add_argument("--save-inputs", metavar="FILE.npz", help="also write the inputs used, for re-running with --inputs")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("bench", help="time original vs fused in ONNX Runtime",
+                       description="Time ORIGINAL and FUSED side by side in one process at each ONNX Runtime "
+                                   "optimization level; report medians and fused/original ratios, the machine and versions.")
+    p.add_argument("original", metavar="ORIGINAL.onnx")
+    p.add_argument("fused", metavar="FUSED.onnx", nargs="?", help="default: fuse ORIGINAL in memory with --target")
+    p.add_argument("--target", choices=TARGETS, default="custom", help="target when FUSED is not given (default custom)")
+    _add_input_args(p, BENCH_DIM_DEFAULT)
+    p.add_argument("--threads", type=_positive_int, default=2, help="intra-op threads (default 2)")
+    p.add_argument("--warmup", type=_nonneg_int, default=10, help="untimed runs per session (default 10)")
+    p.add_argument("--repeats", type=_positive_int, default=50, help="timed runs per session (default 50)")
+    p.add_argument("--opt-levels", default="basic,all", metavar="LIST",
+                   help=f"comma-separated ONNX Runtime levels from {','.join(OPT_LEVELS)} (default basic,all)")
+    p.add_argument("--provider", choices=("cpu", "cuda"), default="cpu", help="execution provider (default cpu)")
+    p.set_defaults(func=cmd_bench)
+    return ap
+
+
+def _one_line(s: str) -> str:
+    return " ".join(str(s).split())
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)  # usage errors: argparse prints usage + one error line, exit 2
+    debug = os.environ.get("GELU_ONNX_DEBUG") == "1"
+    try:
+        return args.func(args)
+    except GeluOnnxError as e:
+        if debug:
+            raise
+        code, detail = e.exit_code, _one_line(e.message)
+        msg = f"gelu-onnx: error: {detail}"
+    except KeyboardInterrupt:
+        print("gelu-onnx: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:
+        if debug:
+            raise
+        code = EXIT_INTERNAL
+        detail = f"internal error: {type(e).__name__}: {_one_line(e)}"
+        msg = f"gelu-onnx: {detail} (please report; GELU_ONNX_DEBUG=1 shows the traceback)"
+    if getattr(args, "json", False):
+        print(json.dumps({"ok": False, "error": detail, "exit_code": code}))
+    print(msg, file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""The gelu-onnx CLI, run as a real subprocess (python -m gelu_onnx)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+from gelu_onnx import cli, contract
+from gelu_onnx.errors import UnsupportedError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_parity import gelu_model, save  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = ("fuse", "inspect", "check", "bench")
+
+
+def gelu(*args, env=None, cwd=None):
+    e = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.pop("GELU_ONNX_DEBUG", None)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "gelu_onnx", *map(str, args)], capture_output=True, text=True,
+                          env=e, cwd=cwd, timeout=300)
+
+
+def assert_one_line_error(r, code, fragment=""):
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("gelu-onnx"), r.stderr
+    assert fragment in last, (fragment, last)
+
+
+def near_miss_model() -> onnx.ModelProto:
+    """Two erf GELUs: the first fusable, the second's Erf output is also a graph output."""
+    m = gelu_model("erf")
+    g = m.graph
+    nodes = list(g.node)
+    # second GELU on y, its intermediate 'e2' exposed as a graph output
+    ren = {"x": "y", "d": "d2", "e": "e2", "a": "a2", "m": "m2", "y": "y2"}
+    for n in nodes:
+        new = helper.make_node(n.op_type, [ren.get(i, i) for i in n.input], [ren.get(o, o) for o in n.output])
+        g.node.append(new)
+    g.output.append(helper.make_tensor_value_info("y2", T.FLOAT, ["batch", 8]))
+    g.output.append(helper.make_tensor_value_info("e2", T.FLOAT, ["batch", 8]))
+    for i, n in enumerate(g.node):
+        n.name = f"n{i}"
+    onnx.checker.check_model(m)
+    return m
+
+
+# --- help / usage ----------------------------------------------------------------------
+
+
+def test_help_of_every_command():
+    r = gelu("--help")
+    assert r.returncode == 0 and all(c in r.stdout for c in COMMANDS)
+    for c in COMMANDS:
+        r = gelu(c, "--help")
+        assert r.returncode == 0 and r.stdout.startswith(f"usage: gelu-onnx {c}"), r.stderr
+        assert "--json" in r.stdout
+    assert gelu("--version").stdout.strip() == f"gelu-onnx {__import__('gelu_onnx').__version__}"
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["frobnicate"],
+    ["fuse", "in.onnx"],  # -o missing
+    ["fuse", "in.onnx", "-o", "o.onnx", "--target", "tensorrt"],
+    ["check", "a.onnx"],
+    ["check", "a.onnx", "b.onnx", "--dim", "batch"],
+    ["check", "a.onnx", "b.onnx", "--rtol", "float8=1"],
+    ["check", "a.onnx", "b.onnx", "--atol", "-1"],
+    ["bench", "a.onnx", "--repeats", "0"],
+])
+def test_bad_arguments_exit_2_without_traceback(argv):
+    r = gelu(*argv)
+    assert_one_line_error(r, 2)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00garbage, not a protobuf\xff" * 10)
+    good = save(gelu_model(), tmp_path / "g.onnx")
+    assert_one_line_error(gelu("inspect", tmp_path / "nope.onnx"), 2, "no such file")
+    assert_one_line_error(gelu("fuse", junk, "-o", tmp_path / "o.onnx"), 2)
+    assert not (tmp_path / "o.onnx").exists()
+    assert_one_line_error(gelu("check", good, junk), 2)
+    assert_one_line_error(gelu("check", good, tmp_path), 2, "not a regular file")
+
+
+# --- fuse / inspect ----------------------------------------------------------------------
+
+
+def test_fuse_then_check_round_trip(tmp_path):
+    src = save(near_miss_model(), tmp_path / "in.onnx")
+    before = hashlib.sha256(Path(src).read_bytes()).hexdigest()
+    for target in ("custom", "standard", "ort"):
+        out = tmp_path / f"out_{target}.onnx"
+        r = gelu("fuse", src, "-o", out, "--target", target)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("fused 1 GELU (erf: 1)") and "near-miss" in r.stdout
+        m = onnx.load(str(out))
+        onnx.checker.check_model(m)
+        assert m.ir_version <= contract.MAX_IR_VERSION
+        ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        r = gelu("check", src, out, "--dim", "batch=32", "--no-library")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.strip().splitlines()[-1] == "PASS: 3 of 3 outputs within tolerance"
+    assert hashlib.sha256(Path(src).read_bytes()).hexdigest() == before  # input untouched
+
+
+def test_fuse_json_and_inspect_json(tmp_path):
+    src = save(near_miss_model(), tmp_path / "in.onnx")
+    r = gelu("fuse", src, "-o", tmp_path / "o.onnx", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {"ok", "input", "output", "target", "fused", "by_form", "fusions", "near_misses", "notes"} <= set(doc)
+    assert doc["ok"] and doc["fused"] == 1 and doc["by_form"] == {"erf": 1}
+    (f,) = doc["fusions"]
+    assert {"form", "bias", "alpha", "graph", "root", "nodes", "dtype", "op"} <= set(f)
+    assert f["root"] == "y" and f["op"] == f"{contract.DOMAIN}.{contract.OP_TYPES[('erf', False)]}"
+    assert doc["near_misses"] and {"graph", "anchor", "reason", "code"} <= set(doc["near_misses"][0])
+
+    r = gelu("inspect", src, "--json")
+    doc2 = json.loads(r.stdout)
+    assert r.returncode == 0 and {"ok", "input", "gelus", "fusions", "near_misses"} <= set(doc2)
+    assert doc2["fusions"][0]["root"] == "y" and doc2["near_misses"][0]["code"] == doc["near_misses"][0]["code"]
+    assert not (tmp_path / "in.onnx.fused").exists()
+
+    r = gelu("inspect", src)
+    assert r.returncode == 0 and "1 GELU found, 1 near-miss" in r.stdout
+    assert doc["near_misses"][0]["reason"] in r.stdout
+
+
+def test_fuse_refuses_to_overwrite_input(tmp_path):
+    src = save(gelu_model(), tmp_path / "in.onnx")
+    before = Path(src).read_bytes()
+    r = gelu("fuse", src, "-o", src, "--json")
+    assert_one_line_error(r, 2, "--overwrite-input")
+    assert json.loads(r.stdout) == {"ok": False, "error": r.stderr.strip().removeprefix("gelu-onnx: error: "), "exit_code": 2}
+    assert Path(src).read_bytes() == before
+    r = gelu("fuse", src, "-o", src, "--overwrite-input")
+    assert r.returncode == 0 and Path(src).read_bytes() != before
+
+
+# --- check ------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def models(tmp_path):
+    return {k: save(gelu_model(k), tmp_path / f"{k}.onnx") for k in ("erf", "gelu20", "wrong")}
+
+
+def test_check_fail_exit_1_and_json(models, tmp_path):
+    r = gelu("check", models["erf"], models["wrong"])
+    assert r.returncode == 1 and r.stdout.strip().splitlines()[-1].startswith("FAIL")
+    r = gelu("check", models["erf"], models["wrong"], "--json", "--seed", "3", "--dim", "batch=5")
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    assert {"ok", "outputs", "inputs", "provider", "reference_provider", "library", "opt_level", "seed",
+            "original", "fused", "problems", "notes"} <= set(doc)
+    assert doc["ok"] is False and doc["seed"] == 3 and doc["inputs"][0]["shape"] == [5, 8]
+    (row,) = doc["outputs"]
+    assert {"name", "dtype", "shape", "max_abs", "max_rel", "max_ulp", "mismatched", "rtol", "atol", "passed",
+            "message"} <= set(row)
+    assert row["passed"] is False and row["max_abs"] > 0.05
+    # A loose enough tolerance makes the same pair pass: the override is honoured.
+    r = gelu("check", models["erf"], models["wrong"], "--atol", "0.2", "--rtol", "float32=5")
+    assert r.returncode == 0, r.stdout
+
+
+def test_check_pass_and_npz(models, tmp_path):
+    saved = tmp_path / "used.npz"
+    r = gelu("check", models["erf"], models["gelu20"], "--dim", "batch=7", "--save-inputs", saved)
+    assert r.returncode == 0 and "PASS" in r.stdout
+    assert np.load(saved)["x"].shape == (7, 8)
+    r = gelu("check", models["erf"], models["gelu20"], "--inputs", saved, "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"] and doc["seed"] is None and doc["inputs"][0]["shape"] == [7, 8]
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.ones((7, 8), np.float64))
+    assert_one_line_error(gelu("check", models["erf"], models["gelu20"], "--inputs", bad), 2, "float64")
+    assert_one_line_error(gelu("check", models["erf"], models["gelu20"], "--dim", "seq=3"), 2, "named dims: batch")
+
+
+def test_check_ir14_and_unavailable_providers(models, tmp_path):
+    ir14 = save(gelu_model("gelu20", ir=14), tmp_path / "ir14.onnx")
+    assert_one_line_error(gelu("check", models["erf"], ir14), 3, "IR version 14")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        assert_one_line_error(gelu("check", models["erf"], models["gelu20"], "--provider", "cuda"), 3, "onnxruntime-gpu")
+    r = gelu("check", models["erf"], models["gelu20"], "--provider", "tensorrt")
+    if r.returncode != 0:  # no TensorRT here: one clear exit-3 line, not a crash
+        assert_one_line_error(r, 3, "tensorrt")
+
+
+def test_check_bfloat16(tmp_path):
+    o = save(gelu_model("erf", T.BFLOAT16), tmp_path / "o.onnx")
+    f = save(gelu_model("gelu20", T.BFLOAT16), tmp_path / "f.onnx")
+    r = gelu("check", o, f, "--json", "--no-library")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["outputs"][0]["dtype"] == "bfloat16" and doc["outputs"][0]["max_ulp"] <= 1
+
+
+# --- bench --------------------------------------------------------------------------------
+
+
+def test_bench_json(models):
+    r = gelu("bench", models["erf"], models["gelu20"], "--repeats", "3", "--warmup", "1", "--json", "--dim", "batch=64")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {"original", "fused", "provider", "library", "threads", "results", "machine", "versions", "inputs"} <= set(doc)
+    assert [t["opt_level"] for t in doc["results"]] == ["basic", "all"]
+    for t in doc["results"]:
+        assert t["original_ms"] > 0 and t["fused_ms"] > 0 and t["parity_ok"]
+        assert abs(t["ratio"] - t["fused_ms"] / t["original_ms"]) < 1e-9
+    assert doc["versions"]["onnxruntime"] == ort.__version__ and doc["machine"]["intra_op_threads"] == 2
+
+
+def test_bench_fuses_in_memory(models):
+    r = gelu("bench", models["erf"], "--repeats", "2", "--warmup", "0", "--opt-levels", "disable", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "1 GELU fused" in r.stdout and "disable" in r.stdout
+
+
+# --- error plumbing (in-process: a command that raises) -----------------------------------
+
+
+def test_internal_errors_are_one_line_exit_4(monkeypatch, capsys):
+    def boom(args):
+        raise RuntimeError("kaput\nsecond line")
+
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), "inspect", boom))
+    monkeypatch.delenv("GELU_ONNX_DEBUG", raising=False)
+    assert cli.main(["inspect", "x.onnx"]) == 4
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gelu-onnx: internal error: RuntimeError: kaput second line") and "\n" not in err
+    monkeypatch.setenv("GELU_ONNX_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        cli.main(["inspect", "x.onnx"])
+
+
+def test_gelu_onnx_errors_keep_their_exit_code(monkeypatch, capsys):
+    def unsupported(args):
+        raise UnsupportedError("no verified path")
+
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), "inspect", unsupported))
+    assert cli.main(["inspect", "x.onnx"]) == 3
+    assert capsys.readouterr().err.strip() == "gelu-onnx: error: no verified path"
+
+
+def _with_func(ap, command, func):
+    sub = next(a for a in ap._actions if a.dest == "command")
+    sub.choices[command].set_defaults(func=func)
+    return ap
