@@ -213,7 +213,7 @@ def cmd_fuse(args) -> int:
     if near:
         print(f"{_n(len(near), 'near-miss')} left unfused:")
         for n in near:
-            print(f"  {_graph(n.get('graph'))}/{n.get('anchor')}: {n.get('code')}: {n.get('reason')}")
+            print(f"  [{_graph(n.get('graph'))}] {n.get('anchor')}: {n.get('code')}: {n.get('reason')}")
     for note in res.notes:
         print(f"note: {note}")
     return 0
