@@ -337,7 +337,7 @@ def _intermediate_violation(idx: GraphIndex, nodes: list[int], root: str):
             if outside:
                 who = idx.node(outside[0])
                 return "intermediate-used", (
-                    f"intermediate '{o}' is also read by {who.op_type} node '{who.name or outside[0]}'"
+                    f"intermediate '{o}' is also read by {who.op_type} node '{who.name or '#' + str(outside[0])}'"
                 )
     return None
 

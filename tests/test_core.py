@@ -1,0 +1,157 @@
+"""Core behaviours of the fusion pass that the corpus tests don't single out:
+the op contract mirror, subgraphs, typed functions for old opsets, mixed
+dtypes, the input never being mutated, inspect agreeing with fuse."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import gelu_onnx
+from gelu_onnx import contract as C
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def erf_gelu_nodes(x: str, out: str, pre: str, sqrt2="sqrt2", one="one", half="half"):
+    return [
+        h.make_node("Div", [x, sqrt2], [pre + "d"], name=pre + "div"),
+        h.make_node("Erf", [pre + "d"], [pre + "e"], name=pre + "erf"),
+        h.make_node("Add", [pre + "e", one], [pre + "a"], name=pre + "add"),
+        h.make_node("Mul", [x, pre + "a"], [pre + "m"], name=pre + "mul"),
+        h.make_node("Mul", [pre + "m", half], [out], name=pre + "half"),
+    ]
+
+
+def consts(dtype=np.float32, suffix=""):
+    return [nh.from_array(np.array(v, dtype=dtype), n + suffix)
+            for n, v in (("sqrt2", np.sqrt(2.0)), ("one", 1.0), ("half", 0.5))]
+
+
+def test_contract_header_mirrors_python():
+    hdr = (ROOT / "plugins/common/gelu_contract.h").read_text()
+    defs = dict(re.findall(r'#define\s+(\w+)\s+"([^"]*)"', hdr))
+    assert defs["GELU_ONNX_DOMAIN"] == C.DOMAIN
+    assert defs["GELU_ONNX_OPSET_VERSION_STR"] == str(C.OPSET_VERSION)
+    assert defs["GELU_ONNX_ATTR_ALPHA"] == C.ATTR_ALPHA
+    header_ops = {v for k, v in defs.items() if k.startswith("GELU_ONNX_OP_")}
+    assert header_ops == set(C.OP_TYPES.values())
+    alpha = float(re.search(r"GELU_ONNX_QUICK_GELU_ALPHA\s+([0-9.]+)f", hdr).group(1))
+    assert alpha == C.QUICK_GELU_ALPHA
+
+
+def if_loop_model():
+    then_g = h.make_graph(erf_gelu_nodes("x", "ty", "t_"), "then", [], [h.make_tensor_value_info("ty", T.FLOAT, None)])
+    else_g = h.make_graph([h.make_node("Neg", ["x"], ["nx"], name="neg")] + erf_gelu_nodes("nx", "ey", "e_"),
+                          "else", [], [h.make_tensor_value_info("ey", T.FLOAT, None)])
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond"], ["cond_out"], name="id")] + erf_gelu_nodes("v", "v_out", "l_"), "body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, []),
+         h.make_tensor_value_info("v", T.FLOAT, None)],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("v_out", T.FLOAT, None)])
+    nodes = [h.make_node("If", ["c"], ["iy"], then_branch=then_g, else_branch=else_g, name="if0"),
+             h.make_node("Loop", ["trip", "", "iy"], ["ly"], body=body, name="loop0")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [4]), h.make_tensor_value_info("c", T.BOOL, [])],
+                     [h.make_tensor_value_info("ly", T.FLOAT, [4])],
+                     consts() + [nh.from_array(np.array(2, dtype=np.int64), "trip")])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("target", ["custom", "standard", "ort"])
+def test_gelus_in_if_and_loop_bodies_use_outer_constants(target):
+    m = if_loop_model()
+    res = gelu_onnx.fuse_with_report(m, target)
+    assert sorted(f.graph for f in res.fusions) == ["if0/else_branch", "if0/then_branch", "loop0/body"]
+    onnx.checker.check_model(res.model, full_check=True)
+    # the outer-scope constants were only used by the GELUs: they are gone
+    assert [t.name for t in res.model.graph.initializer] == ["trip"]
+    x = np.random.default_rng(0).standard_normal(4).astype(np.float32)
+    for c in (True, False):
+        feeds = {"x": x, "c": np.array(c)}
+        np.testing.assert_allclose(run(res.model, feeds)[0], run(m, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_input_model_is_not_mutated_and_inspect_agrees():
+    m = if_loop_model()
+    before = m.SerializeToString()
+    rep = gelu_onnx.inspect(m)
+    res = gelu_onnx.fuse_with_report(m)
+    assert m.SerializeToString() == before
+    assert [(f.graph, f.root, f.form) for f in rep.fusions] == [(f.graph, f.root, f.form) for f in res.fusions]
+
+
+def test_everything_outside_the_gelu_is_untouched():
+    w = nh.from_array(np.random.default_rng(1).standard_normal((4, 4)).astype(np.float32), "W")
+    nodes = [h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+             h.make_node("Relu", ["mm"], ["r"], name="relu")] + erf_gelu_nodes("r", "g", "") + \
+            [h.make_node("Softmax", ["g"], ["y"], name="sm", axis=-1)]
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, [2, 4])], consts() + [w]),
+                     opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    out = gelu_onnx.fuse(m)
+    kept = {n.name: n for n in out.graph.node}
+    for n in m.graph.node:
+        if n.name in ("mm", "relu", "sm"):
+            assert kept[n.name] == n
+    assert [n.op_type for n in out.graph.node] == ["MatMul", "Relu", "GeluErf", "Softmax"]
+    assert [t.name for t in out.graph.initializer] == ["W"]
+    again = gelu_onnx.fuse_with_report(out)
+    assert not again.fusions and again.model.SerializeToString() == out.SerializeToString()
+
+
+def test_opset14_mixed_dtypes_get_typed_functions_and_run_without_library():
+    """No CastLike before opset 15: the function body is typed; an op type
+    used in two dtypes computes in float32 with Casts around the fp16 site."""
+    nodes = erf_gelu_nodes("x", "y", "a_") + \
+        erf_gelu_nodes("x16", "y16", "b_", "sqrt2h", "oneh", "halfh")
+    g = h.make_graph(nodes, "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [8]), h.make_tensor_value_info("x16", T.FLOAT16, [8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [8]), h.make_tensor_value_info("y16", T.FLOAT16, [8])],
+                     consts() + consts(np.float16, "h"))
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 14)], ir_version=7)
+    res = gelu_onnx.fuse_with_report(m)
+    assert len(res.fusions) == 2 and {f.dtype for f in res.fusions} == {"float32"}
+    out = res.model
+    assert out.ir_version == C.MIN_IR_FOR_FUNCTIONS  # functions need IR 8
+    (fn,) = out.functions
+    assert fn.name == "GeluErf" and all(n.op_type != "CastLike" for n in fn.node)
+    onnx.checker.check_model(out, full_check=True)
+    rng = np.random.default_rng(2)
+    feeds = {"x": rng.standard_normal(8).astype(np.float32) * 3,
+             "x16": (rng.standard_normal(8) * 3).astype(np.float16)}
+    ref, got = run(m, feeds), run(out, feeds)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1].astype(np.float32), ref[1].astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+def test_fp64_gelu_is_reported_not_fused_for_kernel_targets():
+    nodes = erf_gelu_nodes("x", "y", "")
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.DOUBLE, [3])],
+                                  [h.make_tensor_value_info("y", T.DOUBLE, [3])], consts(np.float64)),
+                     opset_imports=[h.make_opsetid("", 20)], ir_version=10)
+    for target in ("custom", "ort"):
+        res = gelu_onnx.fuse_with_report(m, target)
+        assert not res.fusions and [n.code for n in res.near_misses] == ["unsupported-dtype"]
+    res = gelu_onnx.fuse_with_report(m, "standard")
+    assert [f.op for f in res.fusions] == ["Gelu"] and res.fusions[0].dtype == "float64"
+    # ORT 1.31 has no float64 Erf kernel (neither graph runs there): use
+    # onnx's reference evaluator on the fused graph and scipy as the reference.
+    from onnx.reference import ReferenceEvaluator
+    from scipy.special import erf
+
+    x = np.linspace(-5, 5, 7)
+    got = ReferenceEvaluator(res.model).run(None, {"x": x})[0]
+    # (the evaluator computes erf at about float32 accuracy)
+    np.testing.assert_allclose(got, 0.5 * x * (1 + erf(x / np.sqrt(2))), rtol=1e-6, atol=1e-7)
