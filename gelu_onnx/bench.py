@@ -126,7 +126,6 @@ def bench(
     inputs=None,
     dims=None,
     dim_default: int = BENCH_DIM_DEFAULT,
-    load=None,
 ) -> BenchReport:
     """Time ``original`` against ``fused`` (path or ModelProto; None = fuse
     ``original`` in memory with ``target``)."""
@@ -139,29 +138,29 @@ def bench(
     for lvl in opt_levels:
         if lvl not in parity.OPT_LEVELS:
             raise InputError(f"unknown optimization level '{lvl}' (choose from {', '.join(parity.OPT_LEVELS)})")
-    load = load or parity.load_model
-    po = original if isinstance(original, onnx.ModelProto) else load(original)
+    lo = parity.load(original)
+    po = lo.model
     notes, nfus = [], None
     if fused is None:
         from . import fuse_with_report
 
         res = fuse_with_report(po, target=target)
-        fused_arg, nfus = res.model, len(res.fusions)
+        # keeps the original's external-data references: resolve them in its folder
+        fused_arg, nfus = parity.load(res.model, base_dir=lo.base_dir), len(res.fusions)
         notes.extend(res.notes)
         if nfus == 0:
             notes.append("no GELU was fused: both sessions run the same graph")
     else:
-        fused_arg = fused
+        fused_arg = parity.load(fused)
         target = None
     if inputs is None:
         feeds, src = parity.make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
     else:
         feeds, src = parity.load_npz(inputs, po), f"npz:{inputs}"
     use = parity._resolve_library(use_library)
-    orig_arg = original  # a path lets ORT resolve external data next to it
     results = []
     for lvl in opt_levels:
-        ro = parity.OrtRunner(orig_arg, provider, use, lvl, threads, label="original")
+        ro = parity.OrtRunner(lo, provider, use, lvl, threads, label="original")
         rf = parity.OrtRunner(fused_arg, provider, use, lvl, threads, label="fused")
         fo = {k: v for k, v in feeds.items() if k in ro.input_names}
         ff = {k: v for k, v in feeds.items() if k in rf.input_names}

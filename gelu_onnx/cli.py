@@ -13,12 +13,11 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 from . import __version__
-from .errors import GeluOnnxError, InputError
+from .errors import GeluOnnxError, InputError, UnsupportedError
 
 TARGETS = ("custom", "standard", "ort")
 EXIT_INTERNAL = 4
@@ -28,33 +27,9 @@ EXIT_INTERNAL = 4
 
 
 def _load(path):
-    from .parity import load_model
+    from .io import load_model
 
     return load_model(path)
-
-
-def _save(model, path) -> None:
-    """Through gelu_onnx.io (atomic, validated) when present; else temp file + rename."""
-    try:
-        from .io import save_model
-    except ImportError:
-        save_model = None
-    if save_model is not None:
-        save_model(model, path)
-        return
-    import onnx
-
-    p = Path(path)
-    if not p.parent.is_dir():
-        raise InputError(f"{path}: folder {p.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
-        onnx.save_model(model, tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _same_file(a, b) -> bool:
@@ -170,28 +145,50 @@ def _need_file(path: str, what: str = "") -> None:
 # --- commands ----------------------------------------------------------------------
 
 
+def _checker(model_or_path, shown) -> None:
+    import onnx
+
+    try:
+        onnx.checker.check_model(model_or_path)
+    except onnx.checker.ValidationError as e:
+        raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {_one_line(str(e).splitlines()[0])} "
+                            "(a bug: please report)") from e
+
+
 def cmd_fuse(args) -> int:
     import onnx
 
-    from . import fuse_with_report
+    from . import fuse_with_report, io
     from .contract import MAX_IR_VERSION
-    from .errors import GeluOnnxError as _Bug
+    from .io import clamp_ir_version
 
     _need_file(args.input)
     if _same_file(args.input, args.output) and not args.overwrite_input:
         raise InputError(f"{args.output} is the input file; refusing to overwrite it (pass --overwrite-input)")
-    model = _load(args.input)
-    res = fuse_with_report(model, target=args.target)
+    loaded = _load(args.input)
+    res = fuse_with_report(loaded.model, target=args.target)
     out = res.model
-    # The issue's promise: every written model passes onnx.checker and loads in ORT 1.31.
+    # The issue's promise: every written model passes onnx.checker and loads in
+    # onnxruntime 1.31 (IR <= 13). onnx >= 1.23 stamps IR 14 on everything it
+    # writes: lower it when the model uses nothing newer.
+    notes = list(res.notes)
     if out.ir_version > MAX_IR_VERSION:
-        raise _Bug(f"fused model has IR version {out.ir_version} > {MAX_IR_VERSION} (a bug: please report)")
-    if out.ByteSize() < 2**31 - 1:
-        try:
-            onnx.checker.check_model(out)
-        except onnx.checker.ValidationError as e:
-            raise _Bug(f"fused model fails onnx.checker: {str(e).splitlines()[0]} (a bug: please report)") from e
-    _save(out, args.output)
+        old = out.ir_version
+        if not clamp_ir_version(out, MAX_IR_VERSION):
+            raise UnsupportedError(f"{args.input}: the model needs IR version {old} features; "
+                                   f"onnxruntime 1.31 loads IR <= {MAX_IR_VERSION}")
+        notes.append(f"IR version lowered from {old} to {out.ir_version} (onnxruntime 1.31 loads <= {MAX_IR_VERSION})")
+    # The checker resolves external data relative to the model file (and takes
+    # > 2 GiB only as a file): check those after writing, the rest before.
+    in_memory = out.ByteSize() < io.MAX_PROTO_BYTES and not any(
+        t.data_location == onnx.TensorProto.EXTERNAL for t in io.iter_tensors(out))
+    if in_memory:
+        _checker(out, args.output)
+    # io: temp file + rename; external data files linked next to the output; the input is protected
+    saved = loaded.save(out, args.output, overwrite_input=args.overwrite_input)
+    if not in_memory:
+        _checker(args.output, args.output)
+    notes += saved.notes
     fusions = [_record(f) for f in res.fusions]
     near = [_record(n) for n in res.near_misses]
     by_form = Counter(f.get("form") for f in fusions)
@@ -205,7 +202,7 @@ def cmd_fuse(args) -> int:
             "by_form": dict(by_form),
             "fusions": fusions,
             "near_misses": near,
-            "notes": list(res.notes),
+            "notes": notes,
         })
         return 0
     forms = ", ".join(f"{k}: {v}" for k, v in sorted(by_form.items())) or "none found"
@@ -214,7 +211,7 @@ def cmd_fuse(args) -> int:
         print(f"{_n(len(near), 'near-miss')} left unfused:")
         for n in near:
             print(f"  [{_graph(n.get('graph'))}] {n.get('anchor')}: {n.get('code')}: {n.get('reason')}")
-    for note in res.notes:
+    for note in notes:
         print(f"note: {note}")
     return 0
 
@@ -223,7 +220,7 @@ def cmd_inspect(args) -> int:
     from . import inspect as _inspect
 
     _need_file(args.input)
-    rep = _inspect(_load(args.input))
+    rep = _inspect(_load(args.input).model)
     fusions = [_record(f) for f in rep.fusions]
     near = [_record(n) for n in rep.near_misses]
     if args.json:
@@ -260,12 +257,8 @@ def cmd_check(args) -> int:
         args.original, args.fused,
         seed=args.seed, inputs=args.inputs, dims=_dims(args), dim_default=args.dim_default, scale=args.scale,
         tolerances=_tolerances(args), provider=args.provider, reference_provider=args.reference_provider,
-        use_library=False if args.no_library else None, opt_level=args.opt_level,
+        use_library=False if args.no_library else None, opt_level=args.opt_level, save_inputs=args.save_inputs,
     )
-    if args.save_inputs:
-        feeds = (parity.load_npz(args.inputs, parity.load_model(args.original)) if args.inputs else
-                 parity.make_inputs(parity.load_model(args.original), args.seed, _dims(args), args.dim_default, args.scale))
-        parity.save_npz(feeds, args.save_inputs)
     if args.json:
         _emit_json(rep.to_dict())
         return 0 if rep.ok else 1

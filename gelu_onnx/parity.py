@@ -211,16 +211,15 @@ def load_npz(path: str | os.PathLike, model: onnx.ModelProto) -> dict[str, np.nd
     if not p.is_file():
         raise InputError(f"--inputs {path}: no such file")
     try:
-        with np.load(p, allow_pickle=False) as z:
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise InputError(f"--inputs {path}: not an .npz archive (np.savez writes one)")
+        z = np.load(p, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise InputError(f"--inputs {path}: a single .npy array, expected an .npz archive (np.savez writes one)")
+        with z:
             data = {k: z[k] for k in z.files}
     except InputError:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
         raise InputError(f"--inputs {path}: cannot read it as .npz ({_first_line(e)})") from e
-    if isinstance(data, np.ndarray):
-        raise InputError(f"--inputs {path}: a single .npy array, expected an .npz archive")
     specs = input_specs(model)
     all_inputs = {vi.name for vi in model.graph.input}
     missing = [s.name for s in specs if s.name not in data]
@@ -249,7 +248,7 @@ def load_npz(path: str | os.PathLike, model: onnx.ModelProto) -> dict[str, np.nd
             raise InputError(f"--inputs {path}: '{name}' is {_dtype_str(a)}, the model declares {dtype_name(s.elem_type)}")
         if a.ndim != len(s.dims):
             raise InputError(f"--inputs {path}: '{name}' has rank {a.ndim} {list(a.shape)}, the model declares rank {len(s.dims)} {_show_dims(s.dims)}")
-        for axis, (got, d) in enumerate(zip(a.shape, s.dims)):
+        for got, d in zip(a.shape, s.dims):
             if isinstance(d, int) and got != d:
                 raise InputError(f"--inputs {path}: '{name}' has shape {list(a.shape)}, the model declares {_show_dims(s.dims)}")
             if isinstance(d, str):
@@ -267,11 +266,16 @@ def _show_dims(dims) -> str:
 def save_npz(feeds: Mapping[str, np.ndarray], path: str | os.PathLike) -> None:
     """Write feeds atomically (bfloat16 as uint16 bit patterns, which load_npz reads back)."""
     p = Path(path)
+    if not p.parent.is_dir():
+        raise InputError(f"--save-inputs {path}: folder {p.parent} does not exist")
     arrays = {k: (v.view(np.uint16) if _is_bf16(v) else v) for k, v in feeds.items()}
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a saved file should look like any other
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -337,46 +341,55 @@ def _first_line(e: BaseException) -> str:
     return s.splitlines()[0]
 
 
+def load(model, base_dir=None):
+    """A validated io.LoadedModel from a path, ModelProto or LoadedModel.
+
+    ``base_dir``: where an in-memory model's external data live (a model
+    fused in memory keeps its source's external references)."""
+    from .io import load_model_proto
+
+    return load_model_proto(model, base_dir=base_dir)
+
+
 class _ModelSource:
-    """A model as ORT wants it: a path when we have one, else bytes or a temp file."""
+    """A model as ORT wants it: its file when it has one, else bytes (external
+    data resolved against its base_dir) or, over 2 GiB, a temp file."""
 
     def __init__(self, model, label: str):
+        self.loaded = load(model)
         self.label = label
-        self.path = None if isinstance(model, onnx.ModelProto) else Path(model)
-        self.proto = model if isinstance(model, onnx.ModelProto) else None
         self._tmp = None
 
-    def ort_arg(self):
-        if self.path is not None:
-            return str(self.path)
-        if self.proto.ByteSize() < _PROTO_LIMIT:
-            return self.proto.SerializeToString()
-        return str(self.file())
+    @property
+    def proto(self) -> onnx.ModelProto:
+        return self.loaded.model
+
+    def ort_arg(self, so):
+        if self.loaded.path is not None:
+            return self.loaded.path
+        if self.proto.ByteSize() >= _PROTO_LIMIT:
+            return str(self.file())
+        if self.loaded.base_dir is not None:
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path", self.loaded.base_dir)
+        return self.proto.SerializeToString()
 
     def file(self) -> Path:
         """A path on disk (TensorRT's parser and >2 GiB models need one)."""
-        if self.path is not None:
-            return self.path
+        if self.loaded.path is not None:
+            return Path(self.loaded.path)
         if self._tmp is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="gelu-onnx-")
-            p = Path(self._tmp.name) / f"{self.label}.onnx"
-            big = self.proto.ByteSize() >= _PROTO_LIMIT
-            onnx.save_model(self.proto, str(p), save_as_external_data=big, location=f"{self.label}.onnx.data")
-            self._tmp_path = p
-        return self._tmp_path
+            from .io import save_model
 
-    def ir_version(self) -> int | None:
-        if self.proto is not None:
-            return self.proto.ir_version
-        try:
-            return onnx.load_model(str(self.path), load_external_data=False).ir_version
-        except Exception:
-            return None
+            self._tmp = tempfile.TemporaryDirectory(prefix="gelu-onnx-")
+            # io links the external data files next to the temp copy
+            self._file = Path(save_model(self.proto, Path(self._tmp.name) / f"{self.label}.onnx",
+                                         source_dir=self.loaded.base_dir).path)
+        return self._file
 
 
 def _load_failure(src: _ModelSource, e: BaseException):
-    ir = src.ir_version()
-    if ir is not None and ir > contract.MAX_IR_VERSION:
+    ir = src.proto.ir_version
+    if ir > contract.MAX_IR_VERSION:
         return UnsupportedError(
             f"the {src.label} model has IR version {ir}; onnxruntime 1.31 loads IR <= {contract.MAX_IR_VERSION} "
             f"(onnx >= 1.23 writes {ir} by default: set model.ir_version = 10 before saving)"
@@ -420,7 +433,7 @@ class OrtRunner:
         so = make_session_options(use_library, opt_level, threads)
         providers = _ort_providers(provider)
         try:
-            self.sess = ort.InferenceSession(self.src.ort_arg(), sess_options=so, providers=providers)
+            self.sess = ort.InferenceSession(self.src.ort_arg(so), sess_options=so, providers=providers)
         except Exception as e:
             raise _load_failure(self.src, e) from e
         if provider == "cuda" and "CUDAExecutionProvider" not in self.sess.get_providers():
@@ -474,8 +487,7 @@ def _run_tensorrt(model, feeds, label) -> dict[str, np.ndarray]:
     out = run_tensorrt(str(src.file()), dict(feeds))  # its UnsupportedError passes through (exit 3)
     if isinstance(out, Mapping):
         return {k: np.asarray(v) for k, v in out.items()}
-    proto = src.proto if src.proto is not None else onnx.load_model(str(src.path), load_external_data=False)
-    return dict(zip([o.name for o in proto.graph.output], (np.asarray(v) for v in out)))
+    return dict(zip([o.name for o in src.proto.graph.output], (np.asarray(v) for v in out)))
 
 
 # --- comparing ---------------------------------------------------------------
@@ -636,24 +648,24 @@ def check(
     reference_provider: str | None = None,
     use_library: bool | None = None,
     opt_level: str = "all",
-    load=None,
+    save_inputs=None,
 ) -> ParityReport:
     """Run both models on the same inputs and compare every output.
 
     ``original`` / ``fused``: path or ModelProto. ``inputs``: None (seeded
     random, see make_inputs), a path to an .npz, or a dict of arrays.
     ``provider`` runs the fused model, ``reference_provider`` (default: the
-    same) the original. ``load`` loads a model path into a ModelProto
-    (default: gelu_onnx.io.load_model when present, else onnx.load).
+    same) the original. Models are read through gelu_onnx.io (validated).
+    ``save_inputs``: write the feeds to this .npz before running (to re-run
+    a failure with ``inputs=``).
     """
     if provider not in PROVIDERS:
         raise InputError(f"unknown provider '{provider}' (choose from {', '.join(PROVIDERS)})")
     reference_provider = reference_provider or provider
     if reference_provider not in PROVIDERS:
         raise InputError(f"unknown provider '{reference_provider}' (choose from {', '.join(PROVIDERS)})")
-    load = load or load_model
-    po = original if isinstance(original, onnx.ModelProto) else load(original)
-    pf = fused if isinstance(fused, onnx.ModelProto) else load(fused)
+    lo, lf = load(original), load(fused)
+    po, pf = lo.model, lf.model
     if inputs is None:
         feeds, source = make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default, scale=scale), "random"
     elif isinstance(inputs, Mapping):
@@ -661,6 +673,8 @@ def check(
     else:
         feeds, source, seed = load_npz(inputs, po), f"npz:{inputs}", None
 
+    if save_inputs is not None:
+        save_npz(feeds, save_inputs)
     problems, notes = [], []
     need_o, need_f = {s.name for s in input_specs(po)}, {s.name for s in input_specs(pf)}
     if need_f - set(feeds):
@@ -671,9 +685,8 @@ def check(
     use = _resolve_library(use_library)
     if provider == "tensorrt" or reference_provider == "tensorrt":
         notes.append("TensorRT runs the model through gelu_onnx.tensorrt (the library flag does not apply there)")
-    # Original path goes to ORT as a path (external data resolves next to it).
-    ref_out = run(original if not isinstance(original, onnx.ModelProto) else po, feeds, reference_provider, use, opt_level, "original")
-    got_out = run(fused if not isinstance(fused, onnx.ModelProto) else pf, feeds, provider, use, opt_level, "fused")
+    ref_out = run(lo, feeds, reference_provider, use, opt_level, "original")
+    got_out = run(lf, feeds, provider, use, opt_level, "fused")
     rows = compare(ref_out, got_out, tolerances)
     ok = not problems and all(r.passed for r in rows)
     return ParityReport(
@@ -693,21 +706,5 @@ def check(
 
 
 def _label(m) -> str:
-    return "<memory>" if isinstance(m, onnx.ModelProto) else str(m)
-
-
-def load_model(path) -> onnx.ModelProto:
-    """Load through gelu_onnx.io (validated) when present; onnx.load otherwise."""
-    try:
-        from .io import load_model as _load
-    except ImportError:
-        _load = None
-    if _load is not None:
-        return _load(path)
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{path}: no such file")
-    try:
-        return onnx.load_model(str(p))
-    except Exception as e:
-        raise InputError(f"{path}: not a readable ONNX model ({_first_line(e)})") from e
+    path = getattr(m, "path", None) if not isinstance(m, (str, os.PathLike)) else m
+    return "<memory>" if path is None else str(path)

@@ -143,6 +143,14 @@ def test_fuse_json_and_inspect_json(tmp_path):
     assert doc["near_misses"][0]["reason"] in r.stdout
 
 
+def test_fuse_ir14_input_gives_loadable_output(tmp_path):
+    src = save(gelu_model("erf", ir=14), tmp_path / "in14.onnx")
+    r = gelu("fuse", src, "-o", tmp_path / "o.onnx", "--json")
+    assert r.returncode == 0, r.stderr
+    assert onnx.load(str(tmp_path / "o.onnx")).ir_version <= contract.MAX_IR_VERSION
+    assert any("IR version" in n for n in json.loads(r.stdout)["notes"])
+
+
 def test_fuse_refuses_to_overwrite_input(tmp_path):
     src = save(gelu_model(), tmp_path / "in.onnx")
     before = Path(src).read_bytes()
@@ -265,3 +273,51 @@ def _with_func(ap, command, func):
     sub = next(a for a in ap._actions if a.dest == "command")
     sub.choices[command].set_defaults(func=func)
     return ap
+
+
+def _external_model(folder: Path) -> Path:
+    """MatMul (weights in an external file) + erf GELU, saved in ``folder``."""
+    from onnx import numpy_helper as nh
+
+    m = gelu_model("erf", dims=("batch", 64))
+    g = m.graph
+    g.input[0].name = "h"
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    g.initializer.append(nh.from_array(w, "w"))
+    g.node.insert(0, helper.make_node("MatMul", ["h", "w"], ["x"]))
+    folder.mkdir()
+    onnx.save_model(m, str(folder / "m.onnx"), save_as_external_data=True, location="m.data")  # constants stay inline
+    return folder / "m.onnx"
+
+
+def test_external_data_check_and_in_memory_bench(tmp_path):
+    """check and an in-memory bench resolve external data in the model's folder, not the cwd."""
+    src = _external_model(tmp_path / "src")
+    fused = gelu_onnx_fuse(src)
+    (tmp_path / "out").mkdir()
+    onnx.save_model(fused, str(tmp_path / "out" / "f.onnx"), save_as_external_data=True, location="f.data")
+    r = gelu("check", src, tmp_path / "out" / "f.onnx", "--no-library", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = gelu("bench", src, "--repeats", "2", "--warmup", "0", "--opt-levels", "basic", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["fusions"] == 1 and doc["results"][0]["parity_ok"]
+
+
+def gelu_onnx_fuse(path):
+    import gelu_onnx
+
+    m = onnx.load(str(path))  # weights loaded: the copy saved above owns its data
+    return gelu_onnx.fuse(m, target="custom")
+
+
+def test_external_data_fuse_output_passes_checker(tmp_path):
+    """fuse writes the data next to the output; the result must load with plain onnx.load."""
+    src = _external_model(tmp_path / "src")
+    (tmp_path / "out").mkdir()
+    r = gelu("fuse", src, "-o", tmp_path / "out" / "f.onnx", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    onnx.checker.check_model(str(tmp_path / "out" / "f.onnx"))
+    onnx.checker.check_model(str(src))  # and the input is still loadable too
+    r = gelu("check", src, tmp_path / "out" / "f.onnx", "--no-library", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -236,6 +236,11 @@ def test_load_npz_validation(tmp_path):
         parity.load_npz(junk, m)
     with pytest.raises(InputError, match="no such file"):
         parity.load_npz(tmp_path / "absent.npz", m)
+    np.save(tmp_path / "one.npy", np.ones((5, 8), np.float32))
+    with pytest.raises(InputError, match="single .npy array"):
+        parity.load_npz(tmp_path / "one.npy", m)
+    with pytest.raises(InputError, match="does not exist"):
+        parity.save_npz({"x": np.ones(1)}, tmp_path / "no" / "dir.npz")
 
 
 def test_load_npz_named_dim_consistency(tmp_path):
