@@ -1,0 +1,304 @@
+"""TensorRT helpers: find and load the plugin library, build an engine, run it.
+
+``run_tensorrt(model_path, feeds)`` is what ``gelu-onnx check --provider
+tensorrt`` calls. TensorRT itself is optional: everything here raises
+``UnsupportedError`` with one clear sentence when TensorRT, a GPU or the plugin
+library is missing. The plugin (``libgelu_onnx_trt.so``) needs TensorRT >= 10
+(IPluginV3); see plugins/tensorrt/README.md for which TensorRT versions pick the
+plugin over the model-local function shipped in fused models.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .contract import DOMAIN, OP_TYPES, OPSET_VERSION
+from .errors import InputError, UnsupportedError
+
+PLUGIN_ENV = "GELU_ONNX_TRT_PLUGIN"  # explicit path to the plugin library
+PLUGIN_LIBRARY = "gelu_onnx_trt.dll" if sys.platform == "win32" else "libgelu_onnx_trt.so"
+PLUGIN_VERSION = str(OPSET_VERSION)
+MIN_TENSORRT_MAJOR = 10  # IPluginV3
+
+_loaded: dict[int, Path] = {}  # id(plugin registry) -> library loaded into it
+
+
+def find_package_file(name: str, env_var: str | None = None) -> Path | None:
+    """A file built into the package's ``_lib`` folder: $env_var, the package
+    folder next to this module, then the installed distribution's file list."""
+    if env_var and os.environ.get(env_var):
+        p = Path(os.environ[env_var])
+        return p if p.is_file() else None
+    here = Path(__file__).resolve().parent / "_lib" / name
+    if here.is_file():
+        return here
+    from importlib import metadata
+
+    try:
+        files = metadata.files("gelu-onnx") or ()
+    except metadata.PackageNotFoundError:  # a source checkout, not installed
+        return None
+    for f in files:
+        if f.name == name and f.parent.name == "_lib":
+            p = Path(f.locate())
+            if p.is_file():
+                return p
+    return None
+
+
+def plugin_library_path() -> Path:
+    """Path of libgelu_onnx_trt.so, or UnsupportedError saying why there is none."""
+    p = find_package_file(PLUGIN_LIBRARY, PLUGIN_ENV)
+    if p is None:
+        if os.environ.get(PLUGIN_ENV):
+            raise UnsupportedError(f"{PLUGIN_ENV}={os.environ[PLUGIN_ENV]} is not a file")
+        raise UnsupportedError(
+            f"the TensorRT plugin library ({PLUGIN_LIBRARY}) was not built: build gelu-onnx on a machine "
+            "with TensorRT >= 10 and CUDA (CMake prints 'TensorRT plugin NOT built: <reason>' otherwise), "
+            f"or point {PLUGIN_ENV} at the library"
+        )
+    return p
+
+
+def import_tensorrt(trt_module=None):
+    """The tensorrt module (>= 10), or UnsupportedError."""
+    trt = trt_module
+    if trt is None:
+        try:
+            import tensorrt as trt  # type: ignore[import-not-found]
+        except (ImportError, OSError) as e:  # absent, or libnvinfer fails to load
+            raise UnsupportedError(
+                f"TensorRT is not installed or does not load ({type(e).__name__}: {e}); "
+                "install it (pip install tensorrt) on a machine with an NVIDIA GPU"
+            ) from None
+    major = int(str(getattr(trt, "__version__", "0")).split(".")[0] or 0)
+    if major < MIN_TENSORRT_MAJOR:
+        raise UnsupportedError(
+            f"TensorRT {trt.__version__} is too old: the gelu-onnx plugin is an IPluginV3 and needs "
+            f"TensorRT >= {MIN_TENSORRT_MAJOR}; use target 'custom' without the plugin (model-local functions)"
+        )
+    return trt
+
+
+def _plugin_registered(registry) -> bool:
+    name = OP_TYPES[("erf", False)]
+    for get in ("get_creator", "get_plugin_creator"):
+        fn = getattr(registry, get, None)
+        if fn is not None:
+            try:
+                if fn(name, PLUGIN_VERSION, DOMAIN) is not None:
+                    return True
+            except (TypeError, RuntimeError):  # signature differs across TensorRT versions
+                continue
+    return False
+
+
+def load_plugin(trt_module=None) -> Path:
+    """Load the plugin library into TensorRT's plugin registry (idempotent).
+
+    The library is first loaded with ctypes (RTLD_GLOBAL), which turns a
+    missing dependency into a clear error, then handed to
+    ``IPluginRegistry.load_library`` - the same entry points (getCreators /
+    setLoggerFinder) that ``trtexec --dynamicPlugins`` uses. Registries without
+    load_library get the creators through the library's own
+    ``gelu_onnx_trt_register_creators()``.
+    """
+    trt = import_tensorrt(trt_module)
+    path = plugin_library_path()
+    registry = trt.get_plugin_registry()
+    if _loaded.get(id(registry)) == path or _plugin_registered(registry):
+        _loaded[id(registry)] = path
+        return path
+    try:
+        lib = ctypes.CDLL(str(path), mode=getattr(os, "RTLD_GLOBAL", 0) | getattr(os, "RTLD_NOW", 0))
+    except OSError as e:
+        raise UnsupportedError(f"cannot load {path}: {e}") from None
+    if hasattr(registry, "load_library"):
+        handle = registry.load_library(str(path))
+        if handle is None and not _plugin_registered(registry):
+            raise UnsupportedError(f"TensorRT could not register the plugins in {path} (see the TensorRT log)")
+    else:
+        lib.gelu_onnx_trt_register_creators.restype = ctypes.c_int32
+        if lib.gelu_onnx_trt_register_creators() <= 0:
+            raise UnsupportedError(f"could not register the plugins in {path} with TensorRT")
+    _loaded[id(registry)] = path
+    return path
+
+
+@dataclass
+class TensorRTRun:
+    """Outputs of one engine run, and which layers used the gelu-onnx plugin."""
+
+    outputs: dict[str, np.ndarray]
+    plugin_layers: list[str] = field(default_factory=list)  # "ai.gelu_onnx::GeluErf" per plugin layer
+    tensorrt_version: str = ""
+
+
+def _np_dtype_from_trt(trt, dt):
+    if dt == trt.DataType.BF16:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(trt.nptype(dt))
+
+
+def _gelu_plugin_of(trt, layer) -> str | None:
+    """Return "namespace::name" when ``layer`` is one of our plugin layers."""
+    if layer.type != getattr(trt.LayerType, "PLUGIN_V3", object()):
+        return None
+    try:
+        layer.__class__ = trt.IPluginV3Layer  # network.get_layer returns the ILayer base
+        core = layer.plugin.get_capability_interface(trt.PluginCapabilityType.CORE)
+        name, ns = core.plugin_name, core.plugin_namespace
+    except (AttributeError, TypeError, RuntimeError):  # bindings differ across versions
+        return None
+    return f"{ns}::{name}" if name in OP_TYPES.values() else None
+
+
+def build_engine(onnx_path, trt_module=None, *, input_shapes=None, plugin_override: bool = False):
+    """Parse ``onnx_path`` with TensorRT's ONNX parser (plugin loaded) and build
+    a serialized engine. Returns (engine_bytes, plugin_layers).
+
+    The network is strongly typed where TensorRT supports it, so fp16 / bf16
+    models run in the precision the ONNX graph states. ``input_shapes``
+    ({name: shape}) pins dynamic inputs. ``plugin_override`` sets the parser
+    flag kENABLE_PLUGIN_OVERRIDE (TensorRT >= 10.15), which also lets *other*
+    registered plugins replace same-named ONNX ops: off by default.
+    """
+    trt = import_tensorrt(trt_module)
+    load_plugin(trt)
+    path = Path(onnx_path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    flags = 0
+    if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if plugin_override:
+        flag = getattr(trt.OnnxParserFlag, "ENABLE_PLUGIN_OVERRIDE", None)
+        if flag is None:
+            raise UnsupportedError(
+                f"TensorRT {trt.__version__} has no ENABLE_PLUGIN_OVERRIDE parser flag (needs >= 10.15)"
+            )
+        parser.set_flag(flag)
+    if not parser.parse_from_file(str(path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise UnsupportedError(f"TensorRT's ONNX parser rejected {path}: {errors}")
+
+    plugin_layers = [n for n in (_gelu_plugin_of(trt, network.get_layer(i)) for i in range(network.num_layers)) if n]
+    config = builder.create_builder_config()
+    dynamic = [network.get_input(i) for i in range(network.num_inputs) if -1 in tuple(network.get_input(i).shape)]
+    if dynamic:
+        profile = builder.create_optimization_profile()
+        for t in dynamic:
+            if not input_shapes or t.name not in input_shapes:
+                raise InputError(f"input '{t.name}' has a dynamic shape {tuple(t.shape)}: give its shape")
+            shape = tuple(int(d) for d in input_shapes[t.name])
+            profile.set_shape(t.name, shape, shape, shape)
+        config.add_optimization_profile(profile)
+    engine = builder.build_serialized_network(network, config)
+    if engine is None:
+        raise UnsupportedError(f"TensorRT could not build an engine for {path} (see the TensorRT log above)")
+    return bytes(engine), plugin_layers
+
+
+def _run_with_torch(trt, engine, feeds):
+    import torch
+
+    ctx = engine.create_execution_context()
+    keep = {}
+    outputs = {}
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        dt = _np_dtype_from_trt(trt, engine.get_tensor_dtype(name))
+        if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+            a = np.ascontiguousarray(feeds[name], dtype=dt)
+            if dt.name == "bfloat16":  # torch has no numpy bf16: move the bits
+                t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+            else:
+                t = torch.from_numpy(a)
+            t = t.cuda()
+            ctx.set_input_shape(name, tuple(a.shape))
+            keep[name] = t
+            ctx.set_tensor_address(name, t.data_ptr())
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        if engine.get_tensor_mode(name) == trt.TensorIOMode.OUTPUT:
+            dt = _np_dtype_from_trt(trt, engine.get_tensor_dtype(name))
+            shape = tuple(ctx.get_tensor_shape(name))
+            tdt = torch.bfloat16 if dt.name == "bfloat16" else getattr(torch, dt.name)
+            t = torch.empty(shape, dtype=tdt, device="cuda")
+            keep[name] = t
+            ctx.set_tensor_address(name, t.data_ptr())
+    stream = torch.cuda.current_stream()
+    if not ctx.execute_async_v3(stream.cuda_stream):
+        raise UnsupportedError("TensorRT failed to run the engine (see the TensorRT log)")
+    stream.synchronize()
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        if engine.get_tensor_mode(name) == trt.TensorIOMode.OUTPUT:
+            t = keep[name].cpu()
+            if t.dtype == torch.bfloat16:
+                import ml_dtypes
+
+                outputs[name] = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+            else:
+                outputs[name] = t.numpy()
+    return outputs
+
+
+def _run_with_polygraphy(engine, feeds):
+    from polygraphy.backend.trt import TrtRunner  # type: ignore[import-not-found]
+
+    with TrtRunner(engine) as runner:
+        return {k: np.asarray(v) for k, v in runner.infer(feed_dict=feeds).items()}
+
+
+def build_engine_and_run(onnx_path, inputs: dict, trt_module=None, *, plugin_override: bool = False) -> TensorRTRun:
+    """Build a TensorRT engine for ``onnx_path`` and run it once on ``inputs``.
+
+    Device memory comes from a CUDA-enabled PyTorch when there is one, else
+    from Polygraphy's TrtRunner (bfloat16 I/O needs PyTorch).
+    """
+    trt = import_tensorrt(trt_module)
+    feeds = {k: np.asarray(v) for k, v in inputs.items()}
+    engine_bytes, plugin_layers = build_engine(
+        onnx_path, trt, input_shapes={k: v.shape for k, v in feeds.items()}, plugin_override=plugin_override
+    )
+    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+    engine = runtime.deserialize_cuda_engine(engine_bytes)
+    if engine is None:
+        raise UnsupportedError("TensorRT could not deserialize the engine it just built")
+    try:
+        import torch
+
+        has_cuda_torch = torch.cuda.is_available()
+    except (ImportError, RuntimeError):
+        has_cuda_torch = False
+    if has_cuda_torch:
+        outputs = _run_with_torch(trt, engine, feeds)
+    else:
+        if any(v.dtype.name == "bfloat16" for v in feeds.values()):
+            raise UnsupportedError("running bfloat16 inputs through TensorRT from Python needs a CUDA-enabled PyTorch")
+        try:
+            outputs = _run_with_polygraphy(engine, feeds)
+        except ImportError:
+            raise UnsupportedError(
+                "running a TensorRT engine from Python needs device memory: install a CUDA-enabled PyTorch "
+                "or polygraphy (pip install polygraphy)"
+            ) from None
+    return TensorRTRun(outputs=outputs, plugin_layers=plugin_layers, tensorrt_version=str(trt.__version__))
+
+
+def run_tensorrt(model_path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs of ``model_path`` run by TensorRT with the gelu-onnx plugin loaded
+    (for ``gelu-onnx check --provider tensorrt``)."""
+    return build_engine_and_run(model_path, feeds).outputs
