@@ -9,22 +9,18 @@ functions). The first tests check the corpus itself, independently of the fuser.
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
+import gelu_graphs as G
 import numpy as np
 import onnx
 import pytest
 
-import gelu_graphs as G
 import gelu_onnx
 from gelu_onnx import contract as C
-from gelu_onnx.errors import UnsupportedError
 
 CASES = G.all_cases()
 IDS = [c.name for c in CASES]
-ORT_OPS = {"erf": {"com.microsoft.Gelu", "com.microsoft.BiasGelu"},
-           "tanh": {"com.microsoft.FastGelu"}, "sigmoid": {"com.microsoft.QuickGelu"}}
 # What the fuser did where the contract leaves a choice: printed by the last test.
 OUTCOMES: dict[str, list[str]] = defaultdict(list)
 
@@ -89,87 +85,10 @@ def test_fp32_sqrt2_rounded_like_fp16_is_outside_fp32_tolerance():
 # --------------------------------------------------------------------------
 # Through the fuser
 # --------------------------------------------------------------------------
-def _describe(fusions) -> str:
-    return "; ".join(f"{f.op}@{f.graph or 'main'}:{f.root}(form={f.form},bias={f.bias},dtype={f.dtype})"
-                     for f in fusions) or "none"
-
-
-def check_fusions(case, key: str, fusions) -> set[str]:
-    """Fusions vs the case's chains for `key` (a target or 'inspect'); returns fused roots."""
-    where = f"[{case.name} / {key}] fusions: {_describe(fusions)}"
-    seen: dict[int, object] = {}
-    for f in fusions:
-        ch = next((c for c in case.chains if f.root in c.roots), None)
-        assert ch is not None, f"false fusion: root {f.root!r} is not the root of any GELU chain {where}"
-        assert ch.expect[key] is not False, f"false fusion of the {ch.family} chain at {f.root!r} {where}"
-        assert id(ch) not in seen, f"chain at {f.root!r} reported twice {where}"
-        seen[id(ch)] = f
-        assert f.form == ch.form, f"form {f.form} != {ch.form} {where}"
-        assert f.graph == ch.graph, f"graph {f.graph!r} != {ch.graph!r} {where}"
-        assert f.dtype in {ch.dtype} | ch.dtypes, f"dtype {f.dtype} != {ch.dtype} {where}"
-        if ch.form == "sigmoid":
-            assert f.alpha is not None and math.isclose(f.alpha, ch.consts["alpha"], rel_tol=1e-6), \
-                f"alpha {f.alpha} != graph's {ch.consts['alpha']} {where}"
-        if key == "custom":
-            if ch.bias is not None:
-                assert f.bias == ch.bias, f"bias {f.bias}, expected {ch.bias} {where}"
-            assert f.op == f"{C.DOMAIN}.{C.OP_TYPES[(ch.form, f.bias)]}", f"op {f.op} {where}"
-        elif key == "standard":
-            assert ch.form != "sigmoid" and f.op == "Gelu", f"op {f.op} for a {ch.form} GELU {where}"
-        elif key == "ort":
-            assert f.op in ORT_OPS[ch.form], f"op {f.op} for a {ch.form} GELU {where}"
-    missing = [c.family + "@" + (c.graph or "main") for c in case.chains if c.expect[key] and id(c) not in seen]
-    assert not missing, f"GELU chains not fused: {missing} {where}"
-    for c in case.chains:
-        if c.expect[key] is None:
-            OUTCOMES[f"unspecified ({key})"].append(f"{case.name}: {'fused' if id(c) in seen else 'not fused'}")
-    return {f.root for f in fusions}
-
-
-def check_near_misses(case, near_misses, key):
-    codes = {nm.code for nm in near_misses}
-    for code in case.near_miss:
-        assert code in codes, (f"[{case.name} / {key}] near-miss {code!r} not reported; got "
-                               + "; ".join(f"{nm.code}: {nm.reason}" for nm in near_misses))
-    for nm in near_misses:
-        assert nm.reason and "\n" not in nm.reason, f"near-miss reason must be one sentence: {nm.reason!r}"
-
-
-def _standard_refusal(case, target, err) -> bool:
-    if target != "standard" or case.opset >= C.STANDARD_GELU_OPSET:
-        return False
-    msg = str(err)
-    assert msg and "\n" not in msg.strip(), f"refusal must be one clear line: {msg!r}"
-    assert "opset" in msg.lower(), f"refusal must say it is about the opset: {msg!r}"
-    OUTCOMES["standard target below opset 20: refused"].append(f"{case.name}: {msg}")
-    return True
-
-
 @pytest.mark.parametrize("target", G.TARGETS)
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_fuse(case, target):
-    before = case.model.SerializeToString()
-    try:
-        res = gelu_onnx.fuse_with_report(case.model, target=target)
-    except UnsupportedError as e:
-        if _standard_refusal(case, target, e):
-            return
-        raise
-    assert case.model.SerializeToString() == before, "fuse_with_report modified its input model"
-    if target == "standard" and case.opset < C.STANDARD_GELU_OPSET:
-        OUTCOMES["standard target below opset 20: upgraded"].append(case.name)
-    roots = check_fusions(case, target, res.fusions)
-    check_near_misses(case, res.near_misses, target)
-    m = res.model
-    onnx.checker.check_model(m, full_check=True)
-    assert m.ir_version <= C.MAX_IR_VERSION, f"IR {m.ir_version} > {C.MAX_IR_VERSION}: ORT cannot load it"
-    G.assert_untouched(case.chains, case.model, m, roots)
-    again = gelu_onnx.fuse_with_report(m, target=target)
-    assert not again.fusions, f"second pass fused again: {_describe(again.fusions)}"
-    assert G.model_key(again.model) == G.model_key(m), "fuse(fuse(m)) differs from fuse(m)"
-    notes = G.parity(case.model, m, G.seed_of(case.name), with_library=target == "custom")
-    for n in notes:
-        OUTCOMES["parity runs skipped"].append(f"{case.name} / {target}: {n}")
+    G.fuse_and_check(case, target, OUTCOMES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -177,8 +96,8 @@ def test_inspect(case):
     before = case.model.SerializeToString()
     rep = gelu_onnx.inspect(case.model)
     assert case.model.SerializeToString() == before, "inspect modified its input model"
-    check_fusions(case, "inspect", rep.fusions)
-    check_near_misses(case, rep.near_misses, "inspect")
+    G.check_fusions(case, "inspect", rep.fusions, OUTCOMES)
+    G.check_near_misses(case, rep.near_misses, "inspect")
 
 
 def test_zz_print_recorded_outcomes(capsys):
