@@ -38,6 +38,10 @@ gelu_status_t gelu_cpu_range(gelu_form_t form, gelu_dtype_t dtype, const void* x
 // GELU_ONNX_CPU_ISA=scalar|avx2|avx512 in the environment caps it (for tests).
 const char* gelu_cpu_isa(void);
 
+// Caps the CPU path for this process ("scalar", "avx2", "avx512"; NULL or an
+// unknown name = the best the CPU has) and returns the path now in use.
+const char* gelu_cpu_set_isa(const char* name);
+
 // CUDA: enqueues the whole tensor on `stream` (a cudaStream_t; NULL = default).
 gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, const void* x,
                                const void* bias, int64_t bias_len, void* y, int64_t n,

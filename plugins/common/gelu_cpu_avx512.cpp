@@ -1,0 +1,64 @@
+// AVX-512 path: 16 floats per vector, masks for selects. Built with
+// -mavx512f -mavx512bw -mavx512dq -mavx512vl (this file only); called only
+// when the CPU and OS report those features.
+#include <immintrin.h>
+#include <string.h>
+
+#include "gelu_cpu_paths.h"
+
+#define GELU_HD
+namespace gelu_avx512 {
+typedef __m512 vf;
+typedef __mmask16 vm;
+constexpr int kWidth = 16;
+
+inline vf vset(float a) { return _mm512_set1_ps(a); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vabs(vf a) { return _mm512_abs_ps(a); }
+inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
+inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline vm vlt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+inline vf vsel(vm m, vf a, vf b) { return _mm512_mask_blend_ps(m, b, a); }
+inline vf vfms(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
+inline vf vnegabs(vf a) {
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)));
+}
+inline vf vexp_bits(vf j, int c) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(j), _mm512_set1_epi32(c)), 23));
+}
+
+#include "gelu_math.inc"
+
+inline vf vload_f32(const void* p) { return _mm512_loadu_ps(p); }
+inline vf vload_f16(const void* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+}
+inline vf vload_bf16(const void* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+inline void vstore_f32(void* p, vf v) { _mm512_storeu_ps(p, v); }
+inline void vstore_f16(void* p, vf v) {
+  _mm256_storeu_si256(static_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void vstore_bf16(void* p, vf v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, qnan);
+  _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+}
+
+#include "gelu_cpu_loop.inc"
+}  // namespace gelu_avx512
+
+void gelu_range_avx512(GELU_RANGE_ARGS) {
+  gelu_avx512::gelu_range_impl(form, dtype, x, bias, bias_len, y, begin, end, alpha);
+}

@@ -1,0 +1,83 @@
+// Scalar primitives for gelu_math.inc: the portable CPU fallback and, through
+// __host__ __device__, the CUDA kernels (one algorithm, one rounding).
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define GELU_HD __host__ __device__
+#else
+#define GELU_HD
+#endif
+
+namespace gelu_scalar {
+typedef float vf;
+typedef bool vm;
+constexpr int kWidth = 1;
+
+GELU_HD inline uint32_t fbits(float a) {
+  uint32_t u;
+  memcpy(&u, &a, sizeof u);
+  return u;
+}
+GELU_HD inline float bitsf(uint32_t u) {
+  float a;
+  memcpy(&a, &u, sizeof a);
+  return a;
+}
+GELU_HD inline vf vset(float a) { return a; }
+GELU_HD inline vf vadd(vf a, vf b) { return a + b; }
+GELU_HD inline vf vsub(vf a, vf b) { return a - b; }
+GELU_HD inline vf vmul(vf a, vf b) { return a * b; }
+GELU_HD inline vf vdiv(vf a, vf b) { return a / b; }
+GELU_HD inline vf vfma(vf a, vf b, vf c) { return fmaf(a, b, c); }
+GELU_HD inline vf vabs(vf a) { return bitsf(fbits(a) & 0x7fffffffu); }
+// Same NaN behaviour as x86 minps/maxps: the second operand wins.
+GELU_HD inline vf vmin(vf a, vf b) { return a < b ? a : b; }
+GELU_HD inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+GELU_HD inline vm vlt(vf a, vf b) { return a < b; }
+GELU_HD inline vf vsel(vm m, vf a, vf b) { return m ? a : b; }
+GELU_HD inline vf vfms(vf a, vf b, vf c) { return fmaf(a, b, -c); }
+GELU_HD inline vf vnegabs(vf a) { return bitsf(fbits(a) | 0x80000000u); }
+GELU_HD inline vf vexp_bits(vf j, int32_t c) {
+  return bitsf((fbits(j) + static_cast<uint32_t>(c)) << 23);
+}
+
+#include "gelu_math.inc"
+
+// IEEE half <-> float, round to nearest even, NaN kept quiet.
+GELU_HD inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    const float v = static_cast<float>(m) * 5.9604644775390625e-08f;  // m * 2^-24, exact
+    return bitsf(fbits(v) | sign);
+  }
+  if (e == 31) return bitsf(sign | 0x7f800000u | (m << 13));
+  return bitsf(sign | ((e + 112u) << 23) | (m << 13));
+}
+GELU_HD inline uint16_t f32_to_f16(float f) {
+  uint32_t x = fbits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  uint32_t o;
+  if (x >= 0x47800000u) {  // >= 65536, inf or NaN
+    o = x > 0x7f800000u ? (0x7e00u | ((x >> 13) & 0x3ffu)) : 0x7c00u;
+  } else if (x < 0x38800000u) {  // below 2^-14: subnormal half; the FP add rounds
+    const float t = bitsf(x) + 0.5f;
+    o = fbits(t) - 0x3f000000u;
+  } else {
+    const uint32_t odd = (x >> 13) & 1u;
+    x += 0xc8000fffu + odd;  // rebias exponent (-112 << 23) and round half to even
+    o = x >> 13;
+  }
+  return static_cast<uint16_t>(o | sign);
+}
+GELU_HD inline float bf16_to_f32(uint16_t h) { return bitsf(static_cast<uint32_t>(h) << 16); }
+GELU_HD inline uint16_t f32_to_bf16(float f) {
+  const uint32_t u = fbits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+}  // namespace gelu_scalar
