@@ -21,7 +21,10 @@ from .contract import DOMAIN, OP_TYPES, OPSET_VERSION
 from .errors import InputError, UnsupportedError
 
 PLUGIN_ENV = "GELU_ONNX_TRT_PLUGIN"  # explicit path to the plugin library
+# For IPluginRegistry.load_library / trtexec --dynamicPlugins (exports getCreators):
 PLUGIN_LIBRARY = "gelu_onnx_trt.dll" if sys.platform == "win32" else "libgelu_onnx_trt.so"
+# Registers itself when loaded, for trtexec --staticPlugins / polygraphy --plugins:
+PLUGIN_AUTOREG_LIBRARY = "gelu_onnx_trt_autoreg.dll" if sys.platform == "win32" else "libgelu_onnx_trt_autoreg.so"
 PLUGIN_VERSION = str(OPSET_VERSION)
 MIN_TENSORRT_MAJOR = 10  # IPluginV3
 
@@ -51,14 +54,16 @@ def find_package_file(name: str, env_var: str | None = None) -> Path | None:
     return None
 
 
-def plugin_library_path() -> Path:
-    """Path of libgelu_onnx_trt.so, or UnsupportedError saying why there is none."""
-    p = find_package_file(PLUGIN_LIBRARY, PLUGIN_ENV)
+def plugin_library_path(autoreg: bool = False) -> Path:
+    """Path of libgelu_onnx_trt.so (or, with ``autoreg``, of the variant that
+    registers itself when loaded), or UnsupportedError saying why there is none."""
+    name = PLUGIN_AUTOREG_LIBRARY if autoreg else PLUGIN_LIBRARY
+    p = find_package_file(name, None if autoreg else PLUGIN_ENV)
     if p is None:
-        if os.environ.get(PLUGIN_ENV):
+        if os.environ.get(PLUGIN_ENV) and not autoreg:
             raise UnsupportedError(f"{PLUGIN_ENV}={os.environ[PLUGIN_ENV]} is not a file")
         raise UnsupportedError(
-            f"the TensorRT plugin library ({PLUGIN_LIBRARY}) was not built: build gelu-onnx on a machine "
+            f"the TensorRT plugin library ({name}) was not built: build gelu-onnx on a machine "
             "with TensorRT >= 10 and CUDA (CMake prints 'TensorRT plugin NOT built: <reason>' otherwise), "
             f"or point {PLUGIN_ENV} at the library"
         )
@@ -147,6 +152,11 @@ def _np_dtype_from_trt(trt, dt):
     return np.dtype(trt.nptype(dt))
 
 
+def _parser_error(err) -> str:
+    desc = getattr(err, "desc", None)
+    return desc() if callable(desc) else str(err)
+
+
 def _gelu_plugin_of(trt, layer) -> str | None:
     """Return "namespace::name" when ``layer`` is one of our plugin layers."""
     if layer.type != getattr(trt.LayerType, "PLUGIN_V3", object()):
@@ -190,7 +200,7 @@ def build_engine(onnx_path, trt_module=None, *, input_shapes=None, plugin_overri
             )
         parser.set_flag(flag)
     if not parser.parse_from_file(str(path)):
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        errors = "; ".join(_parser_error(parser.get_error(i)) for i in range(parser.num_errors))
         raise UnsupportedError(f"TensorRT's ONNX parser rejected {path}: {errors}")
 
     plugin_layers = [n for n in (_gelu_plugin_of(trt, network.get_layer(i)) for i in range(network.num_layers)) if n]
@@ -220,6 +230,8 @@ def _run_with_torch(trt, engine, feeds):
         name = engine.get_tensor_name(i)
         dt = _np_dtype_from_trt(trt, engine.get_tensor_dtype(name))
         if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+            if name not in feeds:
+                raise InputError(f"no value given for the engine input '{name}'")
             a = np.ascontiguousarray(feeds[name], dtype=dt)
             if dt.name == "bfloat16":  # torch has no numpy bf16: move the bits
                 t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
@@ -302,3 +314,12 @@ def run_tensorrt(model_path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarr
     """Outputs of ``model_path`` run by TensorRT with the gelu-onnx plugin loaded
     (for ``gelu-onnx check --provider tensorrt``)."""
     return build_engine_and_run(model_path, feeds).outputs
+
+
+if __name__ == "__main__":  # python -m gelu_onnx.tensorrt: where the plugin libraries are
+    try:
+        print(f"dynamic (--dynamicPlugins, load_library): {plugin_library_path()}")
+        print(f"self-registering (--staticPlugins, polygraphy --plugins): {plugin_library_path(autoreg=True)}")
+    except UnsupportedError as e:
+        print(f"gelu-onnx: {e.message}", file=sys.stderr)
+        sys.exit(e.exit_code)

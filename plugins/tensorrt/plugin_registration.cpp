@@ -1,15 +1,17 @@
-// How TensorRT finds the creators.
+// How TensorRT finds the creators. Two shared libraries are built from this file:
 //
-// * libgelu_onnx_trt.so (dynamic loading): exports getCreators / setLoggerFinder,
-//   the entry points of IPluginRegistry::loadLibrary, `trtexec --dynamicPlugins`
-//   and `polygraphy --plugins`. Nothing registers itself at load time, because
-//   loadLibrary fails if a creator it is about to register already exists.
-// * gelu_onnx_trt_static (direct linking): built with
-//   GELU_ONNX_TRT_STATIC_REGISTRATION=1, registers every creator from a static
-//   initializer, like REGISTER_TENSORRT_PLUGIN but in the creator's own
-//   namespace (REGISTER_TENSORRT_PLUGIN always passes "").
-// * gelu_onnx_trt_register_creators(): explicit, idempotent registration for
-//   programs that dlopen the shared library themselves.
+// * libgelu_onnx_trt.so exports getCreators / setLoggerFinder, the entry points
+//   of IPluginRegistry::loadLibrary (`trtexec --dynamicPlugins`,
+//   `--setPluginsToSerialize`, gelu_onnx.tensorrt.load_plugin). It registers
+//   nothing by itself: loadLibrary fails if a creator it is about to register
+//   already exists.
+// * libgelu_onnx_trt_autoreg.so (GELU_ONNX_TRT_STATIC_REGISTRATION=1) registers
+//   every creator from a static initializer when it is loaded, for loaders that
+//   only dlopen (`trtexec --staticPlugins`, `polygraphy --plugins`, ctypes.CDLL)
+//   and for programs that link it. It does not export getCreators, so it cannot
+//   be registered twice. Unlike REGISTER_TENSORRT_PLUGIN (which always passes
+//   ""), it registers each creator in its own namespace.
+// Both export gelu_onnx_trt_register_creators(): explicit, idempotent.
 //
 // Namespaces. Each op type has a creator in "ai.gelu_onnx" (the node's domain)
 // and, by default, an alias in "" (set GELU_ONNX_TRT_DEFAULT_NAMESPACE=0 to
@@ -71,6 +73,7 @@ const CreatorSet& creators() {
 
 }  // namespace
 
+#if !(defined(GELU_ONNX_TRT_STATIC_REGISTRATION) && GELU_ONNX_TRT_STATIC_REGISTRATION)
 extern "C" GELU_ONNX_TRT_API void setLoggerFinder(nvinfer1::ILoggerFinder* finder) {
   gelu_trt::set_logger_finder(finder);
 }
@@ -85,6 +88,7 @@ extern "C" GELU_ONNX_TRT_API nvinfer1::IPluginCreatorInterface* const* getCreato
     return nullptr;
   }
 }
+#endif
 
 // Registers every creator with getPluginRegistry(), skipping any already there.
 // Returns how many are registered afterwards, or -1 without a registry.
