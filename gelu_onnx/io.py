@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto
 
 from .contract import MAX_IR_VERSION
@@ -207,6 +207,22 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
         for n in f.node:
             yield from _attr_tensors(n.attribute)
         yield from _attr_tensors(f.attribute_proto)
+
+
+def embedded_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of tensor data stored inside the model, from shapes and field
+    lengths — no payload is copied (unlike ByteSize(), which serializes)."""
+    total = 0
+    for t in iter_tensors(model):
+        if _is_external(t):
+            continue
+        if t.HasField("raw_data"):
+            n = tensor_nbytes(t)
+            total += n if n is not None else len(t.raw_data)
+        total += 4 * (len(t.float_data) + len(t.int32_data))
+        total += 8 * (len(t.int64_data) + len(t.double_data) + len(t.uint64_data))
+        total += sum(len(x) for x in t.string_data)
+    return total
 
 
 def _is_external(t: TensorProto) -> bool:
@@ -827,6 +843,9 @@ def _externalize(model: onnx.ModelProto, fd: int, location: str) -> int:
         for t in iter_tensors(model):
             if _is_external(t) or not t.HasField("raw_data"):
                 continue
+            est = tensor_nbytes(t)
+            if est is not None and est < EXTERNAL_SIZE_THRESHOLD // 2:
+                continue  # certainly small: skip copying its bytes out
             raw = t.raw_data
             if len(raw) < EXTERNAL_SIZE_THRESHOLD:
                 continue
@@ -936,7 +955,18 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
                     finally:
                         os.close(fd)
                     saved.copied.append(dst)
-        if model.ByteSize() > max_proto_bytes:
+        # upb's ByteSize() serializes the whole model (and a failed > 2 GB
+        # serialization takes seconds), so decide from the payload sizes.
+        payload = None
+        margin = min(64 << 20, max_proto_bytes // 8)
+        if embedded_bytes(model) <= max_proto_bytes - margin:
+            try:
+                payload = model.SerializeToString()
+            except EncodeError:
+                payload = None
+            if payload is not None and len(payload) > max_proto_bytes:
+                payload = None
+        if payload is None:
             name = _data_name(out, refs, protected, out_dir)
             fd, tmp = _tmp_in(real_dir, name)
             pending.append((tmp, os.path.join(out_dir, name)))
@@ -947,10 +977,11 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
             saved.data_files.append(os.path.join(out_dir, name))
             saved.notes.append(f"model is over {_size(max_proto_bytes)}: {saved.externalized} tensors "
                                f"written to external data file {name} next to {os.path.basename(out)}")
-            if model.ByteSize() > MAX_PROTO_BYTES:
+            try:
+                payload = model.SerializeToString()
+            except EncodeError:
                 raise UnsupportedError(f"{where}: the graph itself is over 2 GB even "
-                                       "without tensor payloads")
-        payload = model.SerializeToString()
+                                       "without tensor payloads") from None
         fd, tmp = _tmp_in(real_dir, os.path.basename(out))
         pending.append((tmp, out))
         with os.fdopen(fd, "wb") as f:
