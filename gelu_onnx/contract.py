@@ -33,6 +33,12 @@ OP_TYPES = {
 }
 FORM_OF_OP_TYPE = {op: key for key, op in OP_TYPES.items()}
 
+# Written on every custom node: TensorRT >= 10.15's ONNX parser only maps a
+# node that has a model-local function to a plugin when the node names the
+# plugin namespace (onnx-tensorrt ModelImporter.cpp parseNode; see
+# plugins/tensorrt/README.md). Our ORT kernels and the function ignore it.
+ATTR_PLUGIN_NAMESPACE = "plugin_namespace"
+
 # The sigmoid forms carry alpha: y = x * sigmoid(alpha * x).
 ATTR_ALPHA = "alpha"
 QUICK_GELU_ALPHA = 1.702
@@ -58,14 +64,17 @@ KERNEL_DTYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 # Function-level matching tolerance: a candidate subgraph f is accepted as the
 # GELU g when max |f(x) - g(x)| / max(|x|, 1) over the probe grid is at most
-# this. Sized to a few units of the dtype's rounding of the constants (fp16
-# rounds sqrt(2) to 1.4140625, 1.1e-4 off) and far below the gap between
-# families or a wrong constant (x/2 instead of x/sqrt2 is off by ~0.1).
+# this, keyed by the dtype the region's constants are stored in. Measured
+# (scripts in docs/design.md): rounding every standard spelling's constants
+# to the dtype costs at most 2.6e-5 (fp16), 2.9e-4 (bf16), 6e-9 (fp32); a
+# constant one ulp off (e.g. 1.0009765625 for 1 in fp16) costs 9.8e-4 (fp16),
+# 7.8e-3 (bf16). The bounds sit ~8x above the first and ~4x below the second,
+# so a fused fp16 model stays well inside the fp16 parity goal (2e-3).
 MATCH_TOLERANCE = {
     "float64": 1e-7,
     "float32": 1e-6,
-    "float16": 2e-3,
-    "bfloat16": 1.6e-2,
+    "float16": 2e-4,
+    "bfloat16": 2e-3,
 }
 
 # Default parity tolerances (max |a-b| <= atol + rtol*|b|) per output dtype.

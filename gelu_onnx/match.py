@@ -28,12 +28,13 @@ import numpy as np
 from onnx import TensorProto
 
 from . import contract as C
-from .graph import ANCHOR_OPS, BINARY_OPS, ELEMENTWISE, GraphIndex
+from .graph import ANCHOR_OPS, BINARY_OPS, ELEMENTWISE, GraphIndex, tensor_value
 
 # How far we look: a GELU spelling has at most ~12 elementwise nodes; the
 # forward walk from the transcendental to the root is at most 4 deep.
 MAX_REGION_NODES = 24
 MAX_ROOT_DEPTH = 5
+MAX_LEAF_DEPTH = 6
 
 # Probe grid: dense where GELU bends, sparse tails, tiny magnitudes.
 _PROBE = np.unique(
@@ -102,7 +103,6 @@ class _Cone:
     nodes: set[int] = field(default_factory=set)
     sources: list[str] = field(default_factory=list)
     consts: set[str] = field(default_factory=set)
-    nonscalar: list[str] = field(default_factory=list)
     overridable: list[str] = field(default_factory=list)
     truncated: bool = False
 
@@ -125,8 +125,31 @@ def _is_scalar(value: np.ndarray) -> bool:
     return value.size == 1 and value.ndim <= 1
 
 
-def _cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset()) -> _Cone:
-    """Backward elementwise cone of ``root``; ``stop`` tensors count as sources."""
+def _scalar_const(idx: GraphIndex, name: str):
+    """A constant a GELU spelling may contain: rank 0 or shape [1]. Any other
+    constant (a bias vector, a weight, a [1,1] tensor) is just a tensor to the
+    matcher: it can be the x of a GELU, never one of its constants."""
+    c = idx.constant(name)
+    return c if c is not None and _is_scalar(c.value) else None
+
+
+def _node_class(idx: GraphIndex, i: int) -> int:
+    """Cached per node: 1 = may be inside a GELU region, 0 = not."""
+    cache = idx.__dict__.setdefault("_node_class", {})
+    k = cache.get(i)
+    if k is None:
+        k = cache[i] = int(_region_node_ok(idx, i))
+    return k
+
+
+def _cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor: int | None = None,
+          fail_fast: bool = False) -> _Cone:
+    """Backward elementwise cone of ``root``; ``stop`` tensors count as sources.
+
+    Transcendentals other than ``anchor`` are boundaries too: a GELU has
+    exactly one. With ``fail_fast`` the walk ends at the first source that is
+    not in ``stop`` (the caller only wants to know whether ``stop`` dominates),
+    which keeps the cost per GELU constant even where GELUs are chained."""
     cone = _Cone()
     seen: set[str] = set()
     todo = [root]
@@ -138,27 +161,24 @@ def _cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset()) -> _Co
         if t in stop and t != root:
             cone.sources.append(t)
             continue
-        c = idx.constant(t)
-        if c is not None:
+        if _scalar_const(idx, t) is not None:
             cone.consts.add(t)
             continue
         p = idx.producer.get(t)
-        if p is None or not _region_node_ok(idx, p):
+        k = 0 if p is None else _node_class(idx, p)
+        if k == 0 or (anchor is not None and p != anchor and idx.node(p).op_type in ANCHOR_OPS):
             if idx.is_overridable(t):
                 cone.overridable.append(t)
             cone.sources.append(t)
+            if fail_fast:
+                return cone
             continue
         node = idx.node(p)
-        # A node reading a non-scalar constant (bias vector, [1,1] "scalar")
-        # is a boundary: its output is a source, not part of a GELU.
-        bad = [n for n in node.input if n and (cv := idx.constant(n)) is not None and not _is_scalar(cv.value)]
-        if bad:
-            cone.nonscalar.extend(bad)
-            cone.sources.append(t)
-            continue
         if len(cone.nodes) >= MAX_REGION_NODES:
             cone.truncated = True
             cone.sources.append(t)
+            if fail_fast:
+                return cone
             continue
         cone.nodes.add(p)
         todo.extend(n for n in node.input if n)
@@ -177,7 +197,7 @@ def _root_candidates(idx: GraphIndex, anchor: int) -> list[str]:
         if d >= MAX_ROOT_DEPTH:
             continue
         for c in idx.consumers.get(t, []):
-            if not _region_node_ok(idx, c):
+            if not _node_class(idx, c) or idx.node(c).op_type in ANCHOR_OPS:
                 continue
             o = idx.node(c).output[0]
             if o not in seen:
@@ -188,27 +208,44 @@ def _root_candidates(idx: GraphIndex, anchor: int) -> list[str]:
     return [t for _, t in found]
 
 
-def _find_leaf(idx: GraphIndex, root: str, anchor: int, cone: _Cone) -> tuple[str | None, _Cone | None]:
-    """Nearest tensor (BFS back from the anchor) that dominates the cone."""
-    q = deque(n for n in idx.node(anchor).input if n)
-    seen = set(q)
+def _leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
+    """Non-constant tensors upstream of the anchor, nearest first. x sits at
+    most a few elementwise hops above the transcendental in every spelling."""
+    out: list[str] = []
+    q = deque((n, 0) for n in idx.node(anchor).input if n)
+    seen = {n for n, _ in q}
     while q:
-        t = q.popleft()
-        if t not in cone.consts:
-            sub = _cone(idx, root, frozenset([t]))
-            if sub.sources == [t] and anchor in sub.nodes and not sub.truncated:
-                return t, sub
+        t, d = q.popleft()
+        if _scalar_const(idx, t) is not None:
+            continue
+        out.append(t)
         p = idx.producer.get(t)
-        if p is not None and p in cone.nodes:
-            for n in idx.node(p).input:
-                if n and n not in seen:
-                    seen.add(n)
-                    q.append(n)
+        if d >= MAX_LEAF_DEPTH or p is None or _node_class(idx, p) != 1 or idx.node(p).op_type in ANCHOR_OPS:
+            continue
+        for n in idx.node(p).input:
+            if n and n not in seen:
+                seen.add(n)
+                q.append((n, d + 1))
+    return out
+
+
+def _find_leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str]):
+    """The nearest candidate that dominates the root's cone, with that cone."""
+    for t in candidates:
+        sub = _cone(idx, root, frozenset([t]), anchor, fail_fast=True)
+        if sub.sources == [t] and anchor in sub.nodes and not sub.truncated:
+            return t, sub
     return None, None
 
 
-def _evaluate(idx: GraphIndex, nodes: list[int], leaf: str, x: np.ndarray) -> dict[str, np.ndarray]:
+def _evaluate(idx: GraphIndex, nodes: list[int], leaf: str, x: np.ndarray,
+              extra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Values of every region tensor for leaf = x (float64). ``extra`` maps
+    further names to values (diagnostics: other sources, overridable or
+    [1,1]-shaped constants)."""
     vals: dict[str, np.ndarray] = {leaf: x}
+    if extra:
+        vals.update(extra)
 
     def get(n: str) -> np.ndarray:
         if n in vals:
@@ -242,6 +279,17 @@ def _evaluate(idx: GraphIndex, nodes: list[int], leaf: str, x: np.ndarray) -> di
     return vals
 
 
+_QUICK_X = np.array([-3.0, 0.5, 3.0])
+_QUICK_REF = gelu_reference("erf", _QUICK_X)
+
+
+def _roughly_gelu(idx: GraphIndex, nodes: list[int], leaf: str, root: str) -> bool:
+    """Three-point pre-check shared by every erf/tanh spelling (they differ by
+    < 1e-3 there); rejects partial regions like 1+erf(x/sqrt2) at once."""
+    f = _evaluate(idx, nodes, leaf, _QUICK_X)[root]
+    return bool(np.all(np.abs(f - _QUICK_REF) < 0.05))
+
+
 def _types(idx: GraphIndex, nodes: list[int], leaf: str, consts: set[str]) -> dict[str, int]:
     """Propagate element types through the region (constants and Casts pin them)."""
     types: dict[str, int] = {}
@@ -271,11 +319,13 @@ def _types(idx: GraphIndex, nodes: list[int], leaf: str, consts: set[str]) -> di
     return types
 
 
-def _precision(types: dict[str, int], names) -> str:
-    names = list(names)
-    prec = [C.FLOAT_DTYPES[types[n]] for n in names if types.get(n) in C.FLOAT_DTYPES]
+def _precision(types: dict[str, int], consts, fallback: int | None = None) -> str:
+    """The tolerance key: the lowest precision the region's float constants
+    are stored in (a Cast-wrapped fp32 chain inside an fp16 model is judged
+    as fp32: its constants were never rounded to fp16)."""
+    prec = [C.FLOAT_DTYPES[types[n]] for n in consts if types.get(n) in C.FLOAT_DTYPES]
     if not prec:
-        return "float32"
+        return C.FLOAT_DTYPES.get(fallback, "float32")
     return min(prec, key=PRECISION_ORDER.index)
 
 
@@ -301,28 +351,26 @@ def _classify(op: str, vals, root_vals, x, nodes, idx, tol):
         return "erf", None, _rel_error(root_vals, gelu_reference("erf", x), x), ""
     if op == "Tanh":
         return "tanh", None, _rel_error(root_vals, gelu_reference("tanh", x), x), ""
-    # Sigmoid: x*sigmoid(alpha*x) (QuickGELU), or the tanh GELU written with a
-    # sigmoid, since 0.5*(1+tanh(z)) == sigmoid(2z).
+    # Sigmoid: x*sigmoid(alpha*x) (QuickGELU) when the sigmoid's argument is
+    # linear in x — decided by structure, never by closeness, since in bf16
+    # QuickGELU is within tolerance of the tanh GELU — else the tanh GELU
+    # written with a sigmoid (0.5*(1+tanh(z)) == sigmoid(2z)).
     sig_in = None
     for i in nodes:
         if idx.node(i).op_type == "Sigmoid":
             sig_in = vals.get(idx.node(i).input[0])
-    err_tanh = _rel_error(root_vals, gelu_reference("tanh", x), x)
-    if err_tanh <= tol:
-        return "tanh", None, err_tanh, ""
     if sig_in is not None:
         sel = np.abs(x) > 0.5
         alphas = sig_in[sel] / x[sel]
-        alpha = float(np.median(alphas)) if alphas.size else math.nan
-        if math.isfinite(alpha) and np.max(np.abs(alphas - alpha)) <= max(tol, 1e-6) * max(1.0, abs(alpha)):
+        alpha = float(np.median(alphas))
+        if math.isfinite(alpha) and np.max(np.abs(alphas - alpha)) <= 1e-6 * max(1.0, abs(alpha)):
             err = _rel_error(root_vals, gelu_reference("sigmoid", x, alpha), x)
-            if err <= tol:
-                lo, hi = C.SIGMOID_ALPHA_RANGE
-                if not (lo <= alpha <= hi):
-                    return "sigmoid", alpha, err, f"x*sigmoid({alpha:.6g}*x) is {'SiLU/Swish' if abs(alpha - 1) < 0.05 else 'not a GELU'}: alpha outside [{lo}, {hi}]"
-                # Use the constant as the graph stores it (exact as float32).
-                return "sigmoid", alpha, err, ""
-    return "sigmoid", None, math.inf, ""
+            lo, hi = C.SIGMOID_ALPHA_RANGE
+            if err <= tol and not (lo <= alpha <= hi):
+                kind = "SiLU/Swish" if abs(alpha - 1) < 0.05 else "not a GELU"
+                return "sigmoid", alpha, err, f"x*sigmoid({alpha:.6g}*x) is {kind}: alpha outside [{lo}, {hi}]"
+            return "sigmoid", alpha, err, ""
+    return "tanh", None, _rel_error(root_vals, gelu_reference("tanh", x), x), ""
 
 
 def _intermediate_violation(idx: GraphIndex, nodes: list[int], root: str):
@@ -352,28 +400,28 @@ def match_anchor(idx: GraphIndex, anchor: int):
     def miss(code, reason):
         reasons.append((_PRIORITY[code], code, reason))
 
+    candidates = _leaf_candidates(idx, anchor)
+    cand_set = frozenset(candidates)
+    unexplained: list[str] = []
+    rough: list = []  # regions that failed the 3-point pre-check
     for root in _root_candidates(idx, anchor):
-        cone = _cone(idx, root)
-        if anchor not in cone.nodes:
-            continue
-        leaf, sub = _find_leaf(idx, root, anchor, cone)
+        # Cheap filter: a root whose cone reaches a source outside the
+        # anchor's upstream can have no leaf.
+        pre = _cone(idx, root, cand_set, anchor, fail_fast=True)
+        leaf = sub = None
+        if not pre.truncated and anchor in pre.nodes and set(pre.sources) <= cand_set:
+            leaf, sub = _find_leaf(idx, root, anchor, candidates)
         if leaf is None:
-            srcs = sorted(set(cone.sources))
-            if cone.overridable:
-                miss("overridable-constant",
-                     f"'{cone.overridable[0]}' is a graph input (overridable at run time), not a constant")
-            elif cone.nonscalar:
-                miss("non-scalar-constant",
-                     f"constant '{cone.nonscalar[0]}' is not a scalar or shape-[1] tensor")
-            elif len(srcs) >= 2:
-                miss("mismatched-x", f"reads two different tensors {srcs[0]!r} and {srcs[1]!r} where one x is required")
+            unexplained.append(root)
             continue
         nodes = sorted(sub.nodes)
         if sum(idx.node(i).op_type in ANCHOR_OPS for i in nodes) != 1:
             continue
+        if anode.op_type != "Sigmoid" and not _roughly_gelu(idx, nodes, leaf, root):
+            rough.append((root, leaf, nodes, sub))
+            continue
         types = _types(idx, nodes, leaf, sub.consts)
-        precision = _precision(types, list(sub.consts) + [leaf, root] +
-                               [idx.node(i).output[0] for i in nodes])
+        precision = _precision(types, sub.consts, fallback=types.get(leaf))
         form, alpha, err, tol, note = check_function(idx, anchor, nodes, leaf, root, precision)
         if err > tol:
             if math.isfinite(err):
@@ -391,6 +439,26 @@ def match_anchor(idx: GraphIndex, anchor: int):
         root_type = types.get(root) or leaf_type
         return Match(idx, anchor, root, leaf, nodes, set(sub.consts), form, alpha,
                      leaf_type, root_type, precision, err), None
+    if not reasons and rough:
+        # Say how far the closest candidate region is from a GELU.
+        best = None
+        for root, leaf, nodes, sub in rough:
+            types = _types(idx, nodes, leaf, sub.consts)
+            precision = _precision(types, sub.consts, fallback=types.get(leaf))
+            form, _, err, tol, _ = check_function(idx, anchor, nodes, leaf, root, precision)
+            if math.isfinite(err) and (best is None or err < best[0]):
+                best = (err, form, tol, precision)
+        if best is not None:
+            err, form, tol, precision = best
+            miss("tolerance", f"computes a function {err:.3g} away from the {form} GELU "
+                              f"(tolerance {tol:g} for {precision})")
+    # Would a root be a GELU if its other sources were x, or if its
+    # overridable / [1,1]-shaped constants were plain scalars? Then that is
+    # exactly why it was not fused. Only near-misses pay for this.
+    for root in unexplained:
+        d = _diagnose(idx, anchor, root)
+        if d:
+            miss(*d)
     if not reasons:
         reasons.append((_PRIORITY["not-gelu"], "not-gelu",
                         f"{anode.op_type} is not part of an elementwise x*f(x) GELU spelling"))
@@ -399,15 +467,87 @@ def match_anchor(idx: GraphIndex, anchor: int):
     return None, NearMiss(idx.path, aname, code, reason, guess)
 
 
+def _diagnose(idx: GraphIndex, anchor: int, root: str):
+    nodes: set[int] = set()
+    sources: list[str] = []
+    extra: dict[str, np.ndarray] = {}
+    overridable: list[str] = []
+    nonscalar: list[str] = []
+    unknown: list[str] = []  # overridable scalars without a default value
+    seen: set[str] = set()
+    todo = [root]
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        c = idx.constant(t)
+        if c is not None and (_is_scalar(c.value) or c.value.size == 1):
+            if not _is_scalar(c.value):
+                nonscalar.append(t)
+                extra[t] = np.asarray(c.value, dtype=np.float64).reshape(())
+            continue
+        if idx.is_overridable(t):
+            init = _find_initializer(idx, t)
+            value = tensor_value(init) if init is not None else None
+            if value is not None and value.size == 1:
+                overridable.append(t)
+                extra[t] = np.asarray(value, dtype=np.float64).reshape(())
+                continue
+            shape = idx.shape(t)
+            if shape is not None and int(np.prod([d or 0 for d in shape])) == 1:
+                unknown.append(t)
+                continue
+        p = idx.producer.get(t)
+        if p is None or not _region_node_ok(idx, p) or (p != anchor and idx.node(p).op_type in ANCHOR_OPS) \
+                or len(nodes) >= MAX_REGION_NODES:
+            sources.append(t)
+            continue
+        nodes.add(p)
+        todo.extend(n for n in idx.node(p).input if n)
+    if anchor not in nodes or not sources:
+        return None
+    srcs = sorted(set(sources))
+    if unknown:
+        if len(srcs) == 1:
+            return "overridable-constant", f"'{unknown[0]}' is a graph input (overridable at run time), not a constant"
+        return None
+    if len(srcs) == 1 and not overridable and not nonscalar:
+        return None  # a plain single-x region: the numeric check already spoke
+    x = _PROBE
+    order = sorted(nodes)
+    vals = _evaluate(idx, order, srcs[0], x, {**extra, **{s_: x for s_ in srcs[1:]}})
+    form, alpha, err, _ = _classify(idx.node(anchor).op_type, vals, vals[root], x, order, idx,
+                                    C.MATCH_TOLERANCE["bfloat16"])
+    if err > C.MATCH_TOLERANCE["bfloat16"]:
+        return None
+    if overridable:
+        return "overridable-constant", f"'{overridable[0]}' is an initializer that is also a graph input (overridable at run time), not a constant"
+    if nonscalar:
+        shape = list(idx.constant(nonscalar[0]).value.shape)
+        return "non-scalar-constant", f"constant '{nonscalar[0]}' has shape {shape}; only scalars or shape-[1] constants are fused"
+    return "mismatched-x", f"reads two different tensors {srcs[0]!r} and {srcs[1]!r} where one x is required"
+
+
+def _find_initializer(idx: GraphIndex, name: str):
+    while idx is not None:
+        if name in idx.initializers:
+            return idx.initializers[name]
+        if idx.defines(name):
+            return None
+        idx = idx.parent
+    return None
+
+
 _PRIORITY = {
     "graph-output": 0,
     "intermediate-used": 0,
     "overridable-constant": 1,
+    "non-scalar-constant": 1,
+    "mismatched-x": 1,
     "silu": 2,
     "alpha-range": 2,
     "tolerance": 3,
-    "non-scalar-constant": 4,
-    "mismatched-x": 5,
     "not-gelu": 9,
 }
 

@@ -51,6 +51,7 @@ def supported(target: str, form: str, elem_type: int) -> str | None:
 def emission(target: str, form: str, bias: bool, alpha: float | None) -> Emission:
     if target == "custom":
         attrs = {C.ATTR_ALPHA: float(alpha)} if form == "sigmoid" else {}
+        attrs[C.ATTR_PLUGIN_NAMESPACE] = C.DOMAIN
         return Emission(C.DOMAIN, C.OP_TYPES[(form, bias)], bias, attrs)
     if target == "standard":
         return Emission("", "Gelu", False, {"approximate": "none" if form == "erf" else "tanh"})
