@@ -5,11 +5,12 @@ import os
 from dataclasses import asdict, dataclass, field
 
 import onnx
-from onnx import ModelProto
+from onnx import ModelProto, NodeProto
 
 from . import contract as C
 from .errors import InputError, UnsupportedError
 from .graph import GraphIndex, subgraphs
+from .legacy import find_legacy, legacy_nodes
 from .match import Match, NearMiss, find_bias, find_matches
 from .rewrite import (
     NameGen,
@@ -20,6 +21,7 @@ from .rewrite import (
     emit_nodes,
     ensure_opset,
     replace_regions,
+    walk_graphs,
     wider,
 )
 from .targets import TARGETS, emission, make_function, supported, target_takes_bias
@@ -83,10 +85,10 @@ def _as_model(model) -> ModelProto:
 
 # --- planning -----------------------------------------------------------------
 
-def _plan(model: ModelProto) -> list[tuple[GraphIndex, list[Match], list[NearMiss]]]:
+def _plan(model: ModelProto) -> list[tuple[GraphIndex, list[Match], list[NearMiss], list]]:
     """Match every graph (main graph and all If/Loop/Scan bodies) without
     changing anything; indexes stay valid for the rewrite that follows."""
-    out: list[tuple[GraphIndex, list[Match], list[NearMiss]]] = []
+    out: list[tuple[GraphIndex, list[Match], list[NearMiss], list]] = []
 
     def visit(graph, parent, path):
         idx = GraphIndex(graph, parent, path)
@@ -97,7 +99,8 @@ def _plan(model: ModelProto) -> list[tuple[GraphIndex, list[Match], list[NearMis
         matches, misses = find_matches(idx)
         for m in matches:
             find_bias(m)
-        out.append((idx, matches, misses))
+        legacy, legacy_misses = find_legacy(idx)
+        out.append((idx, matches, misses + legacy_misses, legacy))
 
     visit(model.graph, None, "")
     return out
@@ -109,16 +112,38 @@ def _upgrade_for_standard(model: ModelProto, notes: list[str]) -> ModelProto:
     old = default_opset(model)
     from onnx import version_converter
 
+    # The converter refuses ops it has no schema for; TensorRT's legacy GELU
+    # plugin nodes (1 in, 1 out, shape-preserving) ride through as Identity.
+    from .legacy import OP_TYPE as LEGACY
+
+    parked: dict[str, NodeProto] = {}
+    for g in walk_graphs(model.graph):
+        for n in g.node:
+            if n.op_type == LEGACY and len(n.output) == 1:
+                saved = NodeProto()
+                saved.CopyFrom(n)
+                parked[n.output[0]] = saved
+                n.op_type, n.domain = "Identity", ""
+                del n.attribute[:]
     try:
         upgraded = version_converter.convert_version(model, C.STANDARD_GELU_OPSET)
         if upgraded.ByteSize() < 2_000_000_000:
             onnx.checker.check_model(upgraded)
+        for g in walk_graphs(upgraded.graph):
+            for n in g.node:
+                if n.op_type == "Identity" and n.output and n.output[0] in parked:
+                    n.CopyFrom(parked[n.output[0]])
     except Exception as e:  # the converter raises bare RuntimeErrors
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UnsupportedError(
             f"--target standard needs opset {C.STANDARD_GELU_OPSET} (this model has {old}) and onnx's "
             f"version converter could not upgrade it ({msg}); use --target custom or --target ort"
         ) from None
+    finally:
+        for g in walk_graphs(model.graph):  # the caller's copy is left as it was
+            for n in g.node:
+                if n.op_type == "Identity" and n.output and n.output[0] in parked:
+                    n.CopyFrom(parked[n.output[0]])
     upgraded.ir_version = max(min(upgraded.ir_version, C.MAX_IR_VERSION), model.ir_version)
     notes.append(
         f"upgraded the default opset {old} -> {C.STANDARD_GELU_OPSET} with onnx.version_converter "
@@ -146,7 +171,7 @@ def fuse_with_report(model, target: str = "custom", *, inplace: bool = False) ->
     plan = _plan(m)
     if target == "standard" and default_opset(m) < C.STANDARD_GELU_OPSET and any(
         supported(target, mt.form, wider(mt.leaf_type, mt.root_type)) is None
-        for _, ms, _ in plan for mt in ms
+        for _, ms, _, lg in plan for mt in ms + [lm for lm, _ in lg]
     ):
         m = _upgrade_for_standard(m, res.notes)
         res.model = m
@@ -166,14 +191,16 @@ def inspect(model, target: str = "custom") -> FuseResult:
         raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
     m = _as_model(model)
     res = FuseResult(m, target)
-    for idx, matches, misses in _plan(m):
-        for mt in matches:
+    for idx, matches, misses, legacy in _plan(m):
+        lb = {id(lm): b for lm, b in legacy}
+        for mt in matches + [lm for lm, _ in legacy]:
             ct = wider(mt.leaf_type, mt.root_type)
             why = supported(target, mt.form, ct)
             if why:
                 res.near_misses.append(_unsupported_miss(idx, mt, why))
                 continue
-            use_bias = bool(mt.bias) and target_takes_bias(target, mt.form) and ct == mt.leaf_type
+            use_bias = (lb[id(mt)] is not None if id(mt) in lb else bool(mt.bias)) \
+                and target_takes_bias(target, mt.form) and ct == mt.leaf_type
             res.fusions.append(_record(idx, mt, emission(target, mt.form, use_bias, mt.alpha), use_bias, ct))
         res.near_misses.extend(misses)
     return res
@@ -202,31 +229,39 @@ def _rewrite(m: ModelProto, plan, target: str, res: FuseResult) -> None:
     typed_functions = target == "custom" and opset < 15
     fn_types: dict[str, set[int]] = {}
     accepted: list[tuple[GraphIndex, list[tuple[Match, int, bool]]]] = []
-    for idx, matches, misses in plan:
+    for idx, matches, misses, legacy in plan:
         keep = []
-        for mt in matches:
+        lb = {id(lm): b for lm, b in legacy}
+        for mt in matches + [lm for lm, _ in legacy]:
             ct = wider(mt.leaf_type, mt.root_type)
             why = supported(target, mt.form, ct)
             if why:
                 res.near_misses.append(_unsupported_miss(idx, mt, why))
                 continue
-            use_bias = bool(mt.bias) and target_takes_bias(target, mt.form) and ct == mt.leaf_type
+            use_bias = (lb[id(mt)] is not None if id(mt) in lb else bool(mt.bias)) \
+                and target_takes_bias(target, mt.form) and ct == mt.leaf_type
             keep.append((mt, ct, use_bias))
             if target == "custom":
                 fn_types.setdefault(C.OP_TYPES[(mt.form, use_bias)], set()).add(ct)
         res.near_misses.extend(misses)
-        accepted.append((idx, keep))
+        accepted.append((idx, keep, lb))
     fn_dtype: dict[str, int | None] = {}
     for op_type, types in fn_types.items():
         fn_dtype[op_type] = (next(iter(types)) if len(types) == 1 else onnx.TensorProto.FLOAT) \
             if typed_functions else None
 
     dead: set[str] = set()
-    for idx, keep in accepted:
+    for idx, keep, legacy_bias in accepted:
         if not keep:
             continue
         plans = []
         for mt, ct, use_bias in keep:
+            if id(mt) in legacy_bias:
+                em = emission(target, mt.form, use_bias, mt.alpha)
+                new_nodes, use_bias = legacy_nodes(mt, legacy_bias[id(mt)], target, em, names, idx.graph)
+                plans.append((mt, new_nodes, False))
+                res.fusions.append(_record(idx, mt, em, use_bias, ct))
+                continue
             if typed_functions:
                 forced = fn_dtype[C.OP_TYPES[(mt.form, use_bias)]]
                 if forced != ct:

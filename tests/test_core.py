@@ -155,3 +155,47 @@ def test_fp64_gelu_is_reported_not_fused_for_kernel_targets():
     got = ReferenceEvaluator(res.model).run(None, {"x": x})[0]
     # (the evaluator computes erf at about float32 accuracy)
     np.testing.assert_allclose(got, 0.5 * x * (1 + erf(x / np.sqrt(2))), rtol=1e-6, atol=1e-7)
+
+
+def legacy_model(dt, type_id, bias_values=None, bias_dtype=None, n_out=16):
+    npdt = onnx.helper.tensor_dtype_to_np_dtype(dt)
+    w = nh.from_array(np.random.default_rng(0).standard_normal((8, n_out)).astype(npdt), "W")
+    attrs = {"type_id": type_id}
+    if bias_values is not None:
+        attrs["bias"] = nh.from_array(bias_values.astype(bias_dtype or npdt), "bias")
+    nodes = [h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+             h.make_node("CustomGeluPluginDynamic", ["mm"], ["y"], name="legacy", **attrs)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", dt, ["b", 8])],
+                     [h.make_tensor_value_info("y", dt, ["b", n_out])], [w])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("target", ["custom", "standard", "ort"])
+@pytest.mark.parametrize("dt,type_id,tol", [(T.FLOAT, 0, 1e-5), (T.FLOAT16, 1, 2e-3)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_tensorrt_legacy_gelu_plugin_nodes_are_migrated(target, dt, type_id, tol, with_bias):
+    bias = np.random.default_rng(1).standard_normal((1, 1, 16)) if with_bias else None
+    m = legacy_model(dt, type_id, bias)
+    res = gelu_onnx.fuse_with_report(m, target)
+    assert [f.form for f in res.fusions] == ["tanh"]
+    assert all(n.op_type != "CustomGeluPluginDynamic" for n in res.model.graph.node)
+    onnx.checker.check_model(res.model, full_check=True)
+    npdt = onnx.helper.tensor_dtype_to_np_dtype(dt)
+    x = np.random.default_rng(2).standard_normal((3, 8)).astype(npdt)
+    # The removed plugin's formula, in float64 on the same (rounded) inputs.
+    v = x.astype(np.float64) @ nh.to_array(m.graph.initializer[0]).astype(np.float64)
+    if with_bias:
+        v = v + bias.astype(npdt).reshape(-1).astype(np.float64)
+    want = v * (0.5 + 0.5 * np.tanh(0.79788456 * v * (1 + 0.044715 * v * v)))
+    got = run(res.model, {"x": x})[0].astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_tensorrt_legacy_plugin_refusals_are_reported():
+    bad_len = legacy_model(T.FLOAT, 0, np.ones((1, 1, 8)))          # 8 values, last dim 16
+    bad_type = legacy_model(T.FLOAT16, 1, np.ones((1, 1, 16)), np.float32)  # read as fp16 by the plugin
+    bad_id = legacy_model(T.FLOAT, 2)
+    for m in (bad_len, bad_type, bad_id):
+        res = gelu_onnx.fuse_with_report(m)
+        assert not res.fusions and [n.code for n in res.near_misses] == ["legacy-plugin"]
+        assert res.model.graph.node[1].op_type == "CustomGeluPluginDynamic"

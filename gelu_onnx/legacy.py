@@ -1,0 +1,88 @@
+"""Migration of TensorRT's removed ``CustomGeluPluginDynamic`` nodes.
+
+Facts (TensorRT OSS plugin/geluPlugin, last shipped in 10.x, removed in
+11.0; see plugins/tensorrt/README.md): one input X; INT attribute
+``type_id`` (0 = float32, 1 = float16; required); optional TENSOR attribute
+``bias`` (usually shaped [1,1,E], read in type_id's precision and added as
+bias[i % E], i.e. along X's last dimension when that dimension is E). It
+computes the tanh approximation: y = v*(0.5 + 0.5*tanh(0.79788456*v*(1 +
+0.044715*v^2))), v = x + bias.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import NodeProto, TensorProto, helper, numpy_helper
+
+from . import contract as C
+from .graph import GraphIndex, tensor_value
+from .match import Match, NearMiss, _last_dim
+
+OP_TYPE = "CustomGeluPluginDynamic"
+_TYPE_IDS = {0: TensorProto.FLOAT, 1: TensorProto.FLOAT16}
+
+
+def find_legacy(idx: GraphIndex):
+    """(matches, near-misses) for every CustomGeluPluginDynamic node."""
+    matches: list[tuple[Match, np.ndarray | None]] = []
+    misses: list[NearMiss] = []
+    for i, node in enumerate(idx.graph.node):
+        if node.op_type != OP_TYPE:
+            continue
+        name = node.name or f"{OP_TYPE}#{i}"
+        m, bias, why = _legacy_match(idx, i, node)
+        if why:
+            misses.append(NearMiss(idx.path, name, "legacy-plugin", why, "tanh"))
+        else:
+            matches.append((m, bias))
+    return matches, misses
+
+
+def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
+    attrs = {a.name: a for a in node.attribute}
+    if len(node.input) != 1 or len(node.output) != 1:
+        return None, None, f"{OP_TYPE} must have one input and one output"
+    if "type_id" not in attrs:
+        return None, None, f"{OP_TYPE} without its required type_id attribute"
+    et = _TYPE_IDS.get(attrs["type_id"].i)
+    if et is None:
+        return None, None, f"type_id={attrs['type_id'].i} is not one the plugin could run (0 = float32, 1 = float16)"
+    x = node.input[0]
+    xt = idx.elem_type(x)
+    if xt is not None and xt != et:
+        return None, None, f"type_id={attrs['type_id'].i} does not match the input's type"
+    bias = None
+    if "bias" in attrs:
+        t = attrs["bias"].t
+        if t.data_type != et:
+            return None, None, ("the bias tensor's type differs from type_id (the removed plugin misread such "
+                                "bytes); refusing to guess")
+        bias = tensor_value(t)
+        if bias is None:
+            return None, None, "the bias tensor is too large or stored externally"
+        bias = bias.reshape(-1)
+        if _last_dim(idx, x) != bias.size:
+            return None, None, (f"bias has {bias.size} values but the input's last dimension is not known to be "
+                                f"{bias.size} (the plugin added bias[i % {bias.size}] over the flat tensor)")
+    m = Match(idx, i, node.output[0], x, [i], set(), "tanh", None, et, et, C.FLOAT_DTYPES[et], 0.0)
+    return m, bias, None
+
+
+def legacy_nodes(m: Match, bias: np.ndarray | None, target: str, em, names, graph) -> tuple[list[NodeProto], bool]:
+    """Replacement nodes; the bias becomes a 1-D initializer of X's type.
+    Returns (nodes, bias_fused)."""
+    from .rewrite import emit_nodes
+    from .targets import target_takes_bias
+
+    if bias is None:
+        return emit_nodes(m, em, m.leaf_type, False, names), False
+    bname = names(f"{m.root}_bias")
+    graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
+    m.bias, m.bias_input = bname, m.leaf
+    if target_takes_bias(target, "tanh"):
+        return emit_nodes(m, em, m.leaf_type, True, names), True
+    # standard: Add + Gelu(tanh)
+    biased = names(f"{m.leaf}_biased")
+    add = helper.make_node("Add", [m.leaf, bname], [biased], name=names(f"{m.root}_bias_Add"))
+    shifted = Match(m.index, m.anchor, m.root, biased, m.nodes, set(), "tanh", None, m.leaf_type,
+                    m.root_type, m.precision, 0.0)
+    return [add] + emit_nodes(shifted, em, m.leaf_type, False, names), False
