@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "gelu_cpu_paths.h"
+#include "gelu_erf_coeffs.h"
 
 #define GELU_HD
 namespace gelu_avx2 {
@@ -27,6 +28,19 @@ inline vf vnegabs(vf a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
 inline vf vexp_bits(vf j, int c) {
   return _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(j), _mm256_set1_epi32(c)), 23));
+}
+// f * P(a) / Q(a) in double, 4 lanes at a time.
+inline __m128 frac_pd(__m128 f, __m128 a, __m128 e) {
+  const __m256d fd = _mm256_cvtps_pd(f), ad = _mm256_cvtps_pd(a);
+  __m256d p, q;
+  GELU_R_EVAL(__m256d, _mm256_fmadd_pd, _mm256_set1_pd, ad, p, q);
+  const __m256d fe = _mm256_fmadd_pd(fd, _mm256_cvtps_pd(e), fd);
+  return _mm256_cvtpd_ps(_mm256_div_pd(_mm256_mul_pd(fe, p), q));
+}
+inline vf vfrac_d(vf f, vf a, vf e) {
+  const __m128 lo = frac_pd(_mm256_castps256_ps128(f), _mm256_castps256_ps128(a), _mm256_castps256_ps128(e));
+  const __m128 hi = frac_pd(_mm256_extractf128_ps(f, 1), _mm256_extractf128_ps(a, 1), _mm256_extractf128_ps(e, 1));
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
 #include "gelu_math.inc"

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gelu_cpu_paths.h"
+#include "gelu_erf_coeffs.h"
 
 #define GELU_HD
 namespace gelu_avx512 {
@@ -30,6 +31,20 @@ inline vf vnegabs(vf a) {
 inline vf vexp_bits(vf j, int c) {
   return _mm512_castsi512_ps(
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(j), _mm512_set1_epi32(c)), 23));
+}
+// f * P(a) / Q(a) in double, 8 lanes at a time.
+inline __m256 frac_pd(__m256 f, __m256 a, __m256 e) {
+  const __m512d fd = _mm512_cvtps_pd(f), ad = _mm512_cvtps_pd(a);
+  __m512d p, q;
+  GELU_R_EVAL(__m512d, _mm512_fmadd_pd, _mm512_set1_pd, ad, p, q);
+  const __m512d fe = _mm512_fmadd_pd(fd, _mm512_cvtps_pd(e), fd);
+  return _mm512_cvtpd_ps(_mm512_div_pd(_mm512_mul_pd(fe, p), q));
+}
+inline __m256 half_hi(vf v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+inline vf vfrac_d(vf f, vf a, vf e) {
+  const __m256 lo = frac_pd(_mm512_castps512_ps256(f), _mm512_castps512_ps256(a), _mm512_castps512_ps256(e));
+  const __m256 hi = frac_pd(half_hi(f), half_hi(a), half_hi(e));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
 
 #include "gelu_math.inc"

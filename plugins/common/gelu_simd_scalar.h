@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gelu_erf_coeffs.h"
+
 #if defined(__CUDACC__)
 #define GELU_HD __host__ __device__
 #else
@@ -42,6 +44,14 @@ GELU_HD inline vf vfms(vf a, vf b, vf c) { return fmaf(a, b, -c); }
 GELU_HD inline vf vnegabs(vf a) { return bitsf(fbits(a) | 0x80000000u); }
 GELU_HD inline vf vexp_bits(vf j, int32_t c) {
   return bitsf((fbits(j) + static_cast<uint32_t>(c)) << 23);
+}
+GELU_HD inline double gelu_dset_(double v) { return v; }
+GELU_HD inline vf vfrac_d(vf f, vf a, vf e) {
+  const double ad = a;
+  double p, q;
+  GELU_R_EVAL(double, fma, gelu_dset_, ad, p, q);
+  const double fd = f;
+  return static_cast<float>(fma(fd, static_cast<double>(e), fd) * p / q);
 }
 
 #include "gelu_math.inc"
