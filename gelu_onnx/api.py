@@ -71,27 +71,28 @@ class FuseResult:
 
 # --- loading ------------------------------------------------------------------
 
-def _as_model(model) -> ModelProto:
+def _as_model(model, base_dir=None) -> tuple[ModelProto, str | None]:
+    """(ModelProto, folder its external data lives in). Paths are loaded and
+    validated by gelu_onnx.io (no weight payload is read)."""
     if isinstance(model, ModelProto):
-        return model
-    if isinstance(model, (str, os.PathLike)):
-        try:
-            from .io import load_model_proto
-        except ImportError:  # io.py not there yet during bring-up
-            return onnx.load(os.fspath(model), load_external_data=False)
-        return load_model_proto(model)
+        return model, base_dir
+    from .io import LoadedModel, load_model_proto
+
+    if isinstance(model, (str, os.PathLike, LoadedModel)):
+        loaded = load_model_proto(model)
+        return loaded.model, loaded.base_dir
     raise InputError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
 
 
 # --- planning -----------------------------------------------------------------
 
-def _plan(model: ModelProto) -> list[tuple[GraphIndex, list[Match], list[NearMiss], list]]:
+def _plan(model: ModelProto, base_dir: str | None = None) -> list[tuple[GraphIndex, list[Match], list[NearMiss], list]]:
     """Match every graph (main graph and all If/Loop/Scan bodies) without
     changing anything; indexes stay valid for the rewrite that follows."""
     out: list[tuple[GraphIndex, list[Match], list[NearMiss], list]] = []
 
     def visit(graph, parent, path):
-        idx = GraphIndex(graph, parent, path)
+        idx = GraphIndex(graph, parent, path, base_dir)
         for i, node in enumerate(graph.node):
             for attr, sub in subgraphs(node):
                 label = node.name or f"{node.op_type}#{i}"
@@ -154,44 +155,46 @@ def _upgrade_for_standard(model: ModelProto, notes: list[str]) -> ModelProto:
 
 # --- the API --------------------------------------------------------------------
 
-def fuse_with_report(model, target: str = "custom", *, inplace: bool = False) -> FuseResult:
-    """Fuse every GELU in ``model`` (a ModelProto or a path) for ``target``.
-
-    The input ModelProto is never modified unless ``inplace=True``.
+def fuse_with_report(model, target: str = "custom", *, inplace: bool = False,
+                     base_dir: str | None = None) -> FuseResult:
+    """Fuse every GELU in ``model`` (a ModelProto, a path or an
+    io.LoadedModel) for ``target``. ``base_dir``: the folder a ModelProto's
+    external data lives in (lets scalar GELU constants stored externally be
+    read). The input ModelProto is never modified unless ``inplace=True``.
     """
     if target not in TARGETS:
         raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
-    src = _as_model(model)
+    src, base_dir = _as_model(model, base_dir)
     if inplace:
         m = src
     else:
         m = ModelProto()
         m.CopyFrom(src)
     res = FuseResult(m, target)
-    plan = _plan(m)
+    plan = _plan(m, base_dir)
     if target == "standard" and default_opset(m) < C.STANDARD_GELU_OPSET and any(
         supported(target, mt.form, wider(mt.leaf_type, mt.root_type)) is None
         for _, ms, _, lg in plan for mt in ms + [lm for lm, _ in lg]
     ):
         m = _upgrade_for_standard(m, res.notes)
         res.model = m
-        plan = _plan(m)
+        plan = _plan(m, base_dir)
     _rewrite(m, plan, target, res)
     return res
 
 
-def fuse(model, target: str = "custom", *, inplace: bool = False) -> ModelProto:
+def fuse(model, target: str = "custom", *, inplace: bool = False, base_dir: str | None = None) -> ModelProto:
     """Return a new ModelProto with every GELU fused (see fuse_with_report)."""
-    return fuse_with_report(model, target, inplace=inplace).model
+    return fuse_with_report(model, target, inplace=inplace, base_dir=base_dir).model
 
 
-def inspect(model, target: str = "custom") -> FuseResult:
+def inspect(model, target: str = "custom", *, base_dir: str | None = None) -> FuseResult:
     """Every GELU that ``fuse`` would fuse, and every near-miss; changes nothing."""
     if target not in TARGETS:
         raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
-    m = _as_model(model)
+    m, base_dir = _as_model(model, base_dir)
     res = FuseResult(m, target)
-    for idx, matches, misses, legacy in _plan(m):
+    for idx, matches, misses, legacy in _plan(m, base_dir):
         lb = {id(lm): b for lm, b in legacy}
         for mt in matches + [lm for lm, _ in legacy]:
             ct = wider(mt.leaf_type, mt.root_type)

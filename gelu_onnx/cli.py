@@ -166,7 +166,8 @@ def cmd_fuse(args) -> int:
     if _same_file(args.input, args.output) and not args.overwrite_input:
         raise InputError(f"{args.output} is the input file; refusing to overwrite it (pass --overwrite-input)")
     loaded = _load(args.input)
-    res = fuse_with_report(loaded.model, target=args.target)
+    # in place: the CLI owns this freshly loaded copy; the file is untouched
+    res = fuse_with_report(loaded, target=args.target, inplace=True)
     out = res.model
     # The promise: every written model passes onnx.checker and loads in
     # onnxruntime 1.31 (IR <= 13). onnx >= 1.23 stamps IR 14 on everything it
@@ -220,7 +221,7 @@ def cmd_inspect(args) -> int:
     from . import inspect as _inspect
 
     _need_file(args.input)
-    rep = _inspect(_load(args.input).model)
+    rep = _inspect(_load(args.input))
     fusions = [_record(f) for f in rep.fusions]
     near = [_record(n) for n in rep.near_misses]
     if args.json:

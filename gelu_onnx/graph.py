@@ -66,10 +66,13 @@ class GraphIndex:
     defined here are looked up there, as ONNX scoping rules say.
     """
 
-    def __init__(self, graph: GraphProto, parent: "GraphIndex | None" = None, path: str = ""):
+    def __init__(self, graph: GraphProto, parent: "GraphIndex | None" = None, path: str = "",
+                 base_dir: str | None = None):
         self.graph = graph
         self.parent = parent
         self.path = path
+        # Folder external data resolves against (to read small external constants).
+        self.base_dir = parent.base_dir if parent is not None else base_dir
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = {}
         self.graph_inputs = {i.name for i in graph.input}
@@ -154,7 +157,7 @@ class GraphIndex:
             return None
         if name in self.initializers:
             t = self.initializers[name]
-            value = tensor_value(t)
+            value = tensor_value(t, self.base_dir)
             return None if value is None else ConstInfo(value, t.data_type)
         if name in self.producer:
             i = self.producer[name]
@@ -174,16 +177,24 @@ class GraphIndex:
         return None
 
 
-def tensor_value(t: TensorProto) -> np.ndarray | None:
-    """numpy value of a small tensor; None for external/huge tensors we don't read."""
+def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | None:
+    """numpy value of a small tensor; None for big ones. An external tensor is
+    read only when it is a scalar (a GELU constant) and we know its folder:
+    weight payloads are never read."""
     n = 1
     for d in t.dims:
         n *= d
-    if t.data_location == TensorProto.EXTERNAL or n > 4096:
+    if n > 4096:
         return None
     try:
+        if t.data_location == TensorProto.EXTERNAL:
+            if n != 1 or base_dir is None:
+                return None
+            from .io import tensor_array
+
+            return tensor_array(t, base_dir)
         return numpy_helper.to_array(t)
-    except Exception:  # malformed tensors are simply not constants to us
+    except Exception:  # malformed or unsafe tensors are simply not constants to us
         return None
 
 
