@@ -595,7 +595,18 @@ def _last_dim(idx: GraphIndex, name: str):
     return None
 
 
+def _through_identity(idx: GraphIndex, name: str) -> str:
+    # The TorchScript exporter dedups equal initializers as Identity(other).
+    for _ in range(8):
+        p = idx.producer.get(name)
+        if p is None or idx.node(p).op_type != "Identity" or not _is_default_domain(idx.node(p)):
+            return name
+        name = idx.node(p).input[0]
+    return name
+
+
 def _const_type(idx: GraphIndex, name: str):
+    name = _through_identity(idx, name)
     if name in idx.initializers:
         return idx.initializers[name].data_type
     if idx.parent is not None and not idx.defines(name):
@@ -606,6 +617,7 @@ def _const_type(idx: GraphIndex, name: str):
 
 def _const_dims(idx: GraphIndex, name: str):
     """Dims of a true constant without reading its payload; None otherwise."""
+    name = _through_identity(idx, name)
     if name in idx.initializers and not idx.is_overridable(name):
         return list(idx.initializers[name].dims)
     if idx.parent is not None and not idx.defines(name):

@@ -199,3 +199,21 @@ def test_tensorrt_legacy_plugin_refusals_are_reported():
         res = gelu_onnx.fuse_with_report(m)
         assert not res.fusions and [n.code for n in res.near_misses] == ["legacy-plugin"]
         assert res.model.graph.node[1].op_type == "CustomGeluPluginDynamic"
+
+
+def test_bias_behind_torchscript_identity_dedup_is_fused():
+    """TorchScript dedups equal initializers as Identity(other); such a bias
+    is still a constant 1-D vector over the last dim."""
+    rng = np.random.default_rng(3)
+    w = nh.from_array(rng.standard_normal((4, 8)).astype(np.float32), "W")
+    b = nh.from_array(rng.standard_normal(8).astype(np.float32), "b0")
+    nodes = [h.make_node("Identity", ["b0"], ["b1"], name="dedup"),
+             h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+             h.make_node("Add", ["b1", "mm"], ["hb"], name="badd")] + erf_gelu_nodes("hb", "y", "")
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, [2, 8])], consts() + [w, b]),
+                     opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    res = gelu_onnx.fuse_with_report(m)
+    assert [(f.op, f.bias) for f in res.fusions] == [("ai.gelu_onnx.BiasGeluErf", True)]
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(run(res.model, {"x": x})[0], run(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
