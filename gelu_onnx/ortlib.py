@@ -94,7 +94,7 @@ def session_options(base=None):
 
 def kernel_library():
     """ctypes handle to the library's kernel C ABI (gelu_cpu_range,
-    gelu_cpu_isa, gelu_cpu_set_isa, gelu_cuda_launch; see
+    gelu_cpu_isa, gelu_cpu_set_isa, gelu_cpu_erf_precise, gelu_cuda_launch; see
     plugins/common/gelu_kernels.h). For tests and benchmarks."""
     import ctypes
 
@@ -107,5 +107,7 @@ def kernel_library():
     lib.gelu_cpu_isa.restype = ctypes.c_char_p
     lib.gelu_cpu_set_isa.argtypes = [ctypes.c_char_p]
     lib.gelu_cpu_set_isa.restype = ctypes.c_char_p
+    lib.gelu_cpu_erf_precise.argtypes = [ctypes.c_int]
+    lib.gelu_cpu_erf_precise.restype = ctypes.c_int
     lib.gelu_onnx_ort_api_version.restype = ctypes.c_uint32
     return lib

@@ -44,9 +44,26 @@ int current_isa() {
   }
   return isa;
 }
+// erf form: 0 = float (fast), 1 = double tail (precise); -1 = not read yet.
+std::atomic<int> g_erf_precise{-1};
+
+int erf_precise() {
+  int m = g_erf_precise.load(std::memory_order_relaxed);
+  if (m < 0) {
+    const char* s = getenv("GELU_ONNX_ERF");
+    m = (s && strcmp(s, "precise") == 0) ? 1 : 0;
+    g_erf_precise.store(m, std::memory_order_relaxed);
+  }
+  return m;
+}
 }  // namespace
 
 extern "C" {
+
+int gelu_cpu_erf_precise(int mode) {
+  if (mode == 0 || mode == 1) g_erf_precise.store(mode, std::memory_order_relaxed);
+  return erf_precise();
+}
 
 const char* gelu_cpu_isa(void) { return kIsaNames[current_isa()]; }
 
@@ -65,17 +82,18 @@ gelu_status_t gelu_cpu_range(gelu_form_t form, gelu_dtype_t dtype, const void* x
   if (bias && bias_len <= 0) return GELU_ERR_BAD_BIAS;
   if (end == begin) return GELU_OK;
   if (!x || !y) return GELU_ERR_BAD_ARG;
+  const int f = (form == GELU_FORM_ERF && erf_precise()) ? 3 : static_cast<int>(form);  // 3: kFormErfPrecise
   switch (current_isa()) {
 #if defined(GELU_ONNX_X86)
     case kAvx512:
-      gelu_range_avx512(form, dtype, x, bias, bias_len, y, begin, end, alpha);
+      gelu_range_avx512(f, dtype, x, bias, bias_len, y, begin, end, alpha);
       break;
     case kAvx2:
-      gelu_range_avx2(form, dtype, x, bias, bias_len, y, begin, end, alpha);
+      gelu_range_avx2(f, dtype, x, bias, bias_len, y, begin, end, alpha);
       break;
 #endif
     default:
-      gelu_range_scalar(form, dtype, x, bias, bias_len, y, begin, end, alpha);
+      gelu_range_scalar(f, dtype, x, bias, bias_len, y, begin, end, alpha);
   }
   return GELU_OK;
 }

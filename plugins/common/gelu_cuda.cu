@@ -27,7 +27,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 
 template <int FORM>
 __device__ __forceinline__ float apply(float v, float alpha) {
-  if (FORM == GELU_FORM_ERF) return gelu_scalar::gelu_erf_v(v);
+  if (FORM == GELU_FORM_ERF) return gelu_scalar::gelu_erf_v<true>(v);  // precise: memory-bound anyway
   if (FORM == GELU_FORM_TANH) return gelu_scalar::gelu_tanh_v(v);
   return gelu_scalar::gelu_sigmoid_v(v, alpha);
 }

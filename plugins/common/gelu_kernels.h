@@ -42,6 +42,13 @@ const char* gelu_cpu_isa(void);
 // unknown name = the best the CPU has) and returns the path now in use.
 const char* gelu_cpu_set_isa(const char* name);
 
+// CPU erf form: 0 = all-float math (default, <= 5.2 ulp in fp32), 1 = the
+// tail rational and final products in double (<= 2.1 ulp, ~half the
+// throughput on AVX2). Any other value only queries. Returns the mode in use.
+// GELU_ONNX_ERF=precise in the environment selects 1 at start-up. The CUDA
+// kernels always use the precise variant (they are memory-bound).
+int gelu_cpu_erf_precise(int mode);
+
 // CUDA: enqueues the whole tensor on `stream` (a cudaStream_t; NULL = default).
 gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, const void* x,
                                const void* bias, int64_t bias_len, void* y, int64_t n,
