@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -219,10 +220,14 @@ OrtStatus* ORT_API_CALL KernelComputeV2(void* kp, OrtKernelContext* ctx) {
   return nullptr;
 }
 
+// onnxruntime 1.16 calls this one (it takes KernelComputeV2 only from API 17
+// on, measured): an error can only leave as an exception, which ORT catches
+// and turns into a failed Run -- the same way its C++ custom-op API reports.
 void ORT_API_CALL KernelComputeV1(void* kp, OrtKernelContext* ctx) {
   if (OrtStatus* st = KernelComputeV2(kp, ctx)) {
-    fprintf(stderr, "gelu_onnx_ort: %s\n", g_api->GetErrorMessage(st));
+    const std::string msg = g_api->GetErrorMessage(st);
     g_api->ReleaseStatus(st);
+    throw std::runtime_error(msg);
   }
 }
 
