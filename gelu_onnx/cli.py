@@ -9,6 +9,7 @@ stdout (on failure: {"ok": false, "error": ..., "exit_code": ...}).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -181,14 +182,24 @@ def cmd_fuse(args) -> int:
         notes.append(f"IR version lowered from {old} to {out.ir_version} (onnxruntime 1.31 loads <= {MAX_IR_VERSION})")
     # The checker resolves external data relative to the model file (and takes
     # > 2 GiB only as a file): check those after writing, the rest before.
-    in_memory = out.ByteSize() < io.MAX_PROTO_BYTES and not any(
+    # (not ByteSize(): upb computes it by serializing the whole model)
+    in_memory = io.embedded_bytes(out) < io.MAX_PROTO_BYTES - (64 << 20) and not any(
         t.data_location == onnx.TensorProto.EXTERNAL for t in io.iter_tensors(out))
     if in_memory:
         _checker(out, args.output)
     # io: temp file + rename; external data files linked next to the output; the input is protected
     saved = loaded.save(out, args.output, overwrite_input=args.overwrite_input)
     if not in_memory:
-        _checker(args.output, args.output)
+        try:
+            _checker(args.output, args.output)
+        except BaseException:
+            # never leave a model that failed the checker behind
+            keep = {os.path.realpath(f) for f in loaded.external_files}
+            for f in [saved.path] + list(saved.data_files):
+                if os.path.realpath(f) not in keep:
+                    with contextlib.suppress(OSError):
+                        os.remove(f)
+            raise
     notes += saved.notes
     fusions = [_record(f) for f in res.fusions]
     near = [_record(n) for n in res.near_misses]

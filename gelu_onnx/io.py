@@ -19,7 +19,8 @@ Writing (``save_model``) goes to a temporary file in the target folder and is
 input model (and its data files) are never overwritten unless asked for.
 Weights that live in external files stay there: the output references the
 same relative locations, and when it goes to another folder the data files are
-hard-linked next to it (copied when a link is impossible), so the output
+cloned next to it (a copy-on-write reflink where the filesystem has them,
+else a copy; never a hard link, which onnx >= 1.23 refuses), so the output
 folder is self-contained.  A model whose embedded tensors would exceed
 protobuf's 2 GB limit is written with those tensors in ``<name>.data``.
 See docs/safety.md.
@@ -127,8 +128,8 @@ class SavedModel:
 
     path: str
     data_files: list[str] = field(default_factory=list)  # data files in the output folder
-    linked: list[str] = field(default_factory=list)      # hard-linked from the source folder
-    copied: list[str] = field(default_factory=list)      # copied (no link possible)
+    linked: list[str] = field(default_factory=list)      # reflink-cloned from the source folder
+    copied: list[str] = field(default_factory=list)      # copied (no reflink possible)
     externalized: int = 0                                # tensors moved out (> 2 GB model)
     notes: list[str] = field(default_factory=list)
 
@@ -802,6 +803,20 @@ def _tmp_in(folder: str, final_name: str) -> tuple[int, str]:
     return fd, tmp
 
 
+_FICLONE = 0x40049409  # linux/fs.h: ioctl(dst_fd, FICLONE, src_fd)
+
+
+def _reflink(src: str, dst_fd: int) -> bool:
+    try:
+        import fcntl
+
+        with open(src, "rb") as f:
+            fcntl.ioctl(dst_fd, _FICLONE, f.fileno())
+        return True
+    except (OSError, ImportError):
+        return False
+
+
 def _copy_into(src_real: str, dst_fd: int):
     """Copy a (validated) data file without reading it into Python memory."""
     fd = os.open(src_real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
@@ -875,7 +890,7 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
     overwritten.  The input file is refused as output unless
     ``overwrite_input``; the input's data files are always refused.  External
     tensors keep their locations; when the output folder differs from the
-    source folder, the data files are hard-linked (else copied) next to it.
+    source folder, the data files are reflink-cloned (else copied) next to it.
     If the serialized model would exceed ``max_proto_bytes`` (protobuf's 2 GB
     limit by default), tensors >= 1 KiB go to ``<output name>.data`` (the
     model object is changed in place then, as onnx.save does).
@@ -941,20 +956,20 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
                 if any(_same_file(dst, p) for p in protected if os.path.lexists(dst)):
                     raise InputError(f"{where}: refusing to overwrite {dst}, an external data "
                                      "file of the input model")
+                # Not a hard link: onnx >= 1.23 refuses to load a model whose
+                # data file has several links ("potential hardlink attack"),
+                # which would break the user's *input* model too. A reflink
+                # (copy-on-write clone, btrfs/xfs) costs nothing; else copy.
                 fd, tmp = _tmp_in(real_dst_dir, os.path.basename(dst))
                 pending.append((tmp, dst))
                 try:
-                    os.close(fd)
-                    os.unlink(tmp)
-                    os.link(src, tmp, follow_symlinks=False)
-                    saved.linked.append(dst)
-                except OSError:
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-                    try:
+                    if _reflink(src, fd):
+                        saved.linked.append(dst)
+                    else:
                         _copy_into(src, fd)
-                    finally:
-                        os.close(fd)
-                    saved.copied.append(dst)
+                        saved.copied.append(dst)
+                finally:
+                    os.close(fd)
         # upb's ByteSize() serializes the whole model (and a failed > 2 GB
         # serialization takes seconds), so decide from the payload sizes.
         payload = None
@@ -1000,7 +1015,7 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
         _cleanup(pending, made_dirs)
         raise
     if saved.linked:
-        saved.notes.append(f"{len(saved.linked)} external data file(s) hard-linked next to "
+        saved.notes.append(f"{len(saved.linked)} external data file(s) cloned (reflink) next to "
                            f"{os.path.basename(out)}")
     if saved.copied:
         saved.notes.append(f"{len(saved.copied)} external data file(s) copied next to "
