@@ -3,7 +3,7 @@ float64 reference (scipy) over dense sweeps and special values, for every form,
 dtype and CPU path this machine has.
 
 Stated bounds (also in DEVELOPERS.md), fp32, results in the normal range:
-  erf      <= 5.5 ulp everywhere (default, all-float math), <= 2.2 ulp in the
+  erf      <= 6 ulp everywhere (default, all-float math), <= 1.5 ulp in the
            precise mode (GELU_ONNX_ERF=precise: tail rational in double);
            x*Phi(x) without cancellation, so the left tail keeps full
            relative accuracy down to the subnormal range
@@ -34,7 +34,7 @@ DTYPES = {"float32": (0, np.dtype(np.float32)), "float16": (1, np.dtype(np.float
           "bfloat16": (2, np.dtype(ml_dtypes.bfloat16))}
 ALPHA = np.float32(contract.QUICK_GELU_ALPHA)
 # ulp bound a + b*|t|
-ULP_BOUND = {"erf": (5.5, 0.0), "erf-precise": (2.2, 0.0), "tanh": (2.5, 2.5), "sigmoid": (2.0, 2.0)}
+ULP_BOUND = {"erf": (6.0, 0.0), "erf-precise": (1.5, 0.0), "tanh": (2.5, 2.5), "sigmoid": (2.0, 2.0)}
 
 
 @pytest.fixture(scope="module")

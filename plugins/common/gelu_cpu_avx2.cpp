@@ -23,6 +23,7 @@ inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 inline vm vlt(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 inline vf vsel(vm m, vf a, vf b) { return _mm256_blendv_ps(b, a, m); }
+inline vf vfnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
 inline vf vfms(vf a, vf b, vf c) { return _mm256_fmsub_ps(a, b, c); }
 inline vf vnegabs(vf a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
 inline vf vexp_bits(vf j, int c) {

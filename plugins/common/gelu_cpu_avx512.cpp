@@ -24,6 +24,7 @@ inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 inline vm vlt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 inline vf vsel(vm m, vf a, vf b) { return _mm512_mask_blend_ps(m, b, a); }
+inline vf vfnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
 inline vf vfms(vf a, vf b, vf c) { return _mm512_fmsub_ps(a, b, c); }
 inline vf vnegabs(vf a) {
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)));

@@ -40,6 +40,7 @@ GELU_HD inline vf vmin(vf a, vf b) { return a < b ? a : b; }
 GELU_HD inline vf vmax(vf a, vf b) { return a > b ? a : b; }
 GELU_HD inline vm vlt(vf a, vf b) { return a < b; }
 GELU_HD inline vf vsel(vm m, vf a, vf b) { return m ? a : b; }
+GELU_HD inline vf vfnma(vf a, vf b, vf c) { return fmaf(-a, b, c); }
 GELU_HD inline vf vfms(vf a, vf b, vf c) { return fmaf(a, b, -c); }
 GELU_HD inline vf vnegabs(vf a) { return bitsf(fbits(a) | 0x80000000u); }
 GELU_HD inline vf vexp_bits(vf j, int32_t c) {
