@@ -231,11 +231,18 @@ void ORT_API_CALL KernelComputeV1(void* kp, OrtKernelContext* ctx) {
   }
 }
 
-// Output has X's type and shape.
+// Output has X's type and shape. The API reports an unknown shape as rank 0,
+// indistinguishable from a scalar: setting that would declare the output a
+// scalar, and ORT then pre-allocates a {} output inside If/Loop bodies (found
+// by tests/test_gelu_graphs.py: loop-with-nested-if). So only a known rank is
+// propagated; otherwise the output shape stays unknown.
 OrtStatus* ORT_API_CALL InferOutputShape(const OrtCustomOp*, OrtShapeInferContext* ctx) {
   OrtTensorTypeAndShapeInfo* info = nullptr;  // owned by the context
   OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, 0, &info);
   if (st) return st;
+  size_t rank = 0;
+  if ((st = g_api->GetDimensionsCount(info, &rank))) return st;
+  if (rank == 0) return nullptr;
   return g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, info);
 }
 
