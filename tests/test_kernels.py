@@ -3,11 +3,11 @@ float64 reference (scipy) over dense sweeps and special values, for every form,
 dtype and CPU path this machine has.
 
 Stated bounds (also in DEVELOPERS.md), fp32, results in the normal range:
-  erf      <= 6 ulp everywhere (default, all-float math), <= 1.5 ulp in the
+  erf      <= 6.5 ulp everywhere (default, all-float math), <= 1.5 ulp in the
            precise mode (GELU_ONNX_ERF=precise: tail rational in double);
            x*Phi(x) without cancellation, so the left tail keeps full
            relative accuracy down to the subnormal range
-  tanh     <= 2.5 * (1 + |t|) ulp, t = 2*sqrt(2/pi)*(x + 0.044715 x^3)
+  tanh     <= 3.0 * (1 + |t|) ulp, t = 2*sqrt(2/pi)*(x + 0.044715 x^3)
   sigmoid  <= 2.0 * (1 + |t|) ulp, t = alpha*x
 (the |t| term is the float rounding of t itself, amplified by e^t's slope:
 no float implementation that forms t in float does better)
@@ -34,7 +34,7 @@ DTYPES = {"float32": (0, np.dtype(np.float32)), "float16": (1, np.dtype(np.float
           "bfloat16": (2, np.dtype(ml_dtypes.bfloat16))}
 ALPHA = np.float32(contract.QUICK_GELU_ALPHA)
 # ulp bound a + b*|t|
-ULP_BOUND = {"erf": (6.0, 0.0), "erf-precise": (1.5, 0.0), "tanh": (2.5, 2.5), "sigmoid": (2.0, 2.0)}
+ULP_BOUND = {"erf": (6.5, 0.0), "erf-precise": (1.5, 0.0), "tanh": (3.0, 3.0), "sigmoid": (2.0, 2.0)}
 
 
 @pytest.fixture(scope="module")
