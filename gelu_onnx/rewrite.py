@@ -2,7 +2,10 @@
 that only the removed GELU spellings used. Nothing else is touched."""
 from __future__ import annotations
 
-from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper
+from collections import Counter
+from itertools import chain
+
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, helper
 
 from . import contract as C
 from .graph import subgraphs
@@ -14,14 +17,15 @@ class NameGen:
     """Unique node/tensor names across the whole model."""
 
     def __init__(self, model: ModelProto):
-        self.used: set[str] = set()
+        used: set[str] = set()
         for g in walk_graphs(model.graph):
-            self.used.update(n.name for n in g.node)
-            for n in g.node:
-                self.used.update(n.output)
-                self.used.update(n.input)
-            self.used.update(t.name for t in g.initializer)
-            self.used.update(i.name for i in g.input)
+            nodes = list(g.node)
+            used.update([n.name for n in nodes])
+            used.update(chain.from_iterable([n.output for n in nodes]))
+            used.update(chain.from_iterable([n.input for n in nodes]))
+            used.update([t.name for t in g.initializer])
+            used.update([i.name for i in g.input])
+        self.used = used
 
     def __call__(self, base: str) -> str:
         name, k = base, 0
@@ -35,8 +39,9 @@ class NameGen:
 def walk_graphs(graph: GraphProto):
     yield graph
     for node in graph.node:
-        for _, g in subgraphs(node):
-            yield from walk_graphs(g)
+        if node.attribute:  # most nodes have none: skip the generator
+            for _, g in subgraphs(node):
+                yield from walk_graphs(g)
 
 
 def wider(a: int, b: int) -> int:
@@ -54,18 +59,35 @@ def emit_nodes(m: Match, em: Emission, compute_type: int, use_bias: bool, names:
     x = m.bias_input if use_bias else m.leaf
     if m.leaf_type != compute_type:
         cx = names(f"{x}_cast")
-        nodes.append(helper.make_node("Cast", [x], [cx], to=compute_type, name=names(f"{cx}_Cast")))
+        nodes.append(_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
         x = cx
     ins = [x, m.bias] if use_bias else [x]
     out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
-    node = helper.make_node(em.op_type, ins, [out], name=names(f"{m.root}_{em.op_type}"),
-                            domain=em.domain or None, **em.attrs)
-    if not em.domain:
-        node.ClearField("domain")
-    nodes.append(node)
+    nodes.append(_node(em.op_type, ins, [out], names(f"{m.root}_{em.op_type}"), em.domain or None, **em.attrs))
     if out != m.root:
-        nodes.append(helper.make_node("Cast", [out], [m.root], to=m.root_type, name=names(f"{m.root}_Cast")))
+        nodes.append(_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
     return nodes
+
+
+def _node(op_type: str, inputs, outputs, name: str, domain: str | None = None, **attrs) -> NodeProto:
+    """helper.make_node's result, without its per-attribute type sniffing
+    (abc isinstance checks: most of the rewrite's time on big graphs)."""
+    node = NodeProto(op_type=op_type, input=inputs, output=outputs, name=name)
+    if domain is not None:
+        node.domain = domain
+    for key in sorted(attrs):
+        v = attrs[key]
+        if v is None:
+            continue
+        if type(v) is float:
+            node.attribute.add(name=key, f=v, type=AttributeProto.FLOAT)
+        elif type(v) is int:
+            node.attribute.add(name=key, i=v, type=AttributeProto.INT)
+        elif type(v) is str:
+            node.attribute.add(name=key, s=v.encode("utf-8"), type=AttributeProto.STRING)
+        else:
+            node.attribute.append(helper.make_attribute(key, v))
+    return node
 
 
 def replace_regions(graph: GraphProto, plans: list[tuple[Match, list[NodeProto], bool]]) -> None:
@@ -79,16 +101,34 @@ def replace_regions(graph: GraphProto, plans: list[tuple[Match, list[NodeProto],
         if use_bias and m.bias_node is not None:
             remove.add(m.bias_node)
         insert[max(m.nodes)] = new_nodes
+    n = len(graph.node)
+    edits = len(remove) + sum(len(v) for v in insert.values())
+    if edits * n <= _MEMMOVE_BUDGET or edits * n * _MEMMOVE_COST < (n - len(remove)) * _COPY_COST:
+        # few edits: in place, from the end so lower indices stay valid; each
+        # edit moves pointers, no node is copied
+        nodes = graph.node
+        for i in sorted(remove | insert.keys(), reverse=True):
+            if i in remove:
+                del nodes[i]
+            for k, new in enumerate(insert.get(i, ())):
+                nodes.insert(i + k, new)
+        return
     kept: list[NodeProto] = []
-    for i, n in enumerate(graph.node):
+    for i, node in enumerate(graph.node):
         if i in insert:
             kept.extend(insert[i])
         if i not in remove:
-            kept.append(n)
-    # Copy out before clearing: the kept messages are children of graph.node.
-    kept = [_detach(n) for n in kept]
+            # copy out before clearing: kept originals are children of graph.node
+            kept.append(_detach(node))
     del graph.node[:]
     graph.node.extend(kept)
+
+
+# Rough costs (seconds) of one pointer move in a repeated field and of copying
+# one node out and back: pick in-place edits or a rebuild, whichever is cheaper.
+_MEMMOVE_COST = 1e-9
+_COPY_COST = 2e-6
+_MEMMOVE_BUDGET = 20_000_000
 
 
 def _detach(n: NodeProto) -> NodeProto:
@@ -97,62 +137,91 @@ def _detach(n: NodeProto) -> NodeProto:
     return c
 
 
+def _remove_indices(rep, drop) -> None:
+    """Delete the items at indices ``drop`` from a repeated message field
+    without copying the others (initializers can hold gigabytes)."""
+    if not drop:
+        return
+    n = len(rep)
+    if len(drop) * n <= _MEMMOVE_BUDGET:
+        for i in sorted(drop, reverse=True):
+            del rep[i]
+        return
+    # Many deletions: move the kept items to the front by sorting (upb moves
+    # pointers; it keeps one wrapper object per element, which the ranks use)
+    # and cut the tail.
+    items = list(rep)
+    if not all(a is b for a, b in zip(rep, items)):  # no stable wrappers: copy (small items only)
+        kept = [type(w).FromString(w.SerializeToString()) for i, w in enumerate(items) if i not in drop]
+        del rep[:]
+        rep.extend(kept)
+        return
+    rank = {id(w): k for k, w in enumerate(w for i, w in enumerate(items) if i not in drop)}
+    last = len(rank)
+    rep.sort(key=lambda w: rank.get(id(w), last))
+    del rep[last:]
+
+
 def referenced_names(model: ModelProto) -> set[str]:
     refs: set[str] = set()
     for g in walk_graphs(model.graph):
-        for n in g.node:
-            refs.update(n.input)
-        refs.update(o.name for o in g.output)
+        refs.update(chain.from_iterable([n.input for n in g.node]))
+        refs.update([o.name for o in g.output])
     return refs
 
 
 def drop_dead_constants(model: ModelProto, candidates: set[str]) -> None:
     """Delete Constant/folded nodes and initializers among ``candidates`` (the
-    constants the fused regions read) that nothing reads any more."""
-    while candidates:
-        refs = referenced_names(model)
-        dead = {c for c in candidates if c not in refs}
-        if not dead:
-            return
-        nxt: set[str] = set()
-        for g in walk_graphs(model.graph):
-            gin = {i.name for i in g.input}
-            keep_nodes = [n for n in g.node if not (len(n.output) == 1 and n.output[0] in dead)]
-            if len(keep_nodes) != len(g.node):
-                for n in g.node:
-                    if len(n.output) == 1 and n.output[0] in dead:
-                        nxt.update(x for x in n.input if x)
-                keep_nodes = [_detach(n) for n in keep_nodes]
-                del g.node[:]
-                g.node.extend(keep_nodes)
-            if any(t.name in dead and t.name not in gin for t in g.initializer):
-                keep = [_detach_t(t) for t in g.initializer if not (t.name in dead and t.name not in gin)]
-                del g.initializer[:]
-                g.initializer.extend(keep)
-        candidates = nxt
-
-
-def _detach_t(t: TensorProto) -> TensorProto:
-    c = TensorProto()
-    c.CopyFrom(t)
-    return c
+    constants the fused regions read) that nothing reads any more, and then
+    whatever only those read. One walk counts the readers of every name;
+    removals update the counts."""
+    if not candidates:
+        return
+    graphs = list(walk_graphs(model.graph))
+    readers: Counter = Counter()
+    for g in graphs:
+        readers.update(chain.from_iterable([n.input for n in g.node]))
+        readers.update([o.name for o in g.output])
+    work = [c for c in candidates if not readers[c]]
+    if not work:
+        return
+    producers: dict[int, dict[str, int]] = {}
+    init_at: dict[int, dict[str, int]] = {}
+    drop_nodes: dict[int, set[int]] = {}
+    drop_inits: dict[int, set[int]] = {}
+    seen: set[str] = set()
+    while work:
+        name = work.pop()
+        if name in seen or readers[name]:
+            continue
+        seen.add(name)
+        for gi, g in enumerate(graphs):
+            if gi not in init_at:
+                gin = {i.name for i in g.input}
+                init_at[gi] = {t.name: k for k, t in enumerate(g.initializer) if t.name not in gin}
+                producers[gi] = {outs[0]: k for k, outs in enumerate([n.output for n in g.node]) if len(outs) == 1}
+            if name in init_at[gi]:
+                drop_inits.setdefault(gi, set()).add(init_at[gi][name])
+            k = producers[gi].get(name)
+            if k is not None and k not in drop_nodes.setdefault(gi, set()):
+                drop_nodes[gi].add(k)
+                for x in g.node[k].input:
+                    if x:
+                        readers[x] -= 1
+                        work.append(x)
+    for gi, g in enumerate(graphs):
+        _remove_indices(g.node, drop_nodes.get(gi))
+        _remove_indices(g.initializer, drop_inits.get(gi))
 
 
 def drop_stale_value_info(model: ModelProto) -> None:
     for g in walk_graphs(model.graph):
-        defined = {o for n in g.node for o in n.output}
-        defined.update(i.name for i in g.input)
-        defined.update(t.name for t in g.initializer)
-        stale = [vi for vi in g.value_info if vi.name not in defined]
-        if stale:
-            keep = [vi for vi in g.value_info if vi.name in defined]
-            copies = []
-            for vi in keep:
-                c = type(vi)()
-                c.CopyFrom(vi)
-                copies.append(c)
-            del g.value_info[:]
-            g.value_info.extend(copies)
+        if not len(g.value_info):
+            continue
+        defined = set(chain.from_iterable([n.output for n in g.node]))
+        defined.update([i.name for i in g.input])
+        defined.update([t.name for t in g.initializer])
+        _remove_indices(g.value_info, {k for k, vi in enumerate(g.value_info) if vi.name not in defined})
 
 
 def ensure_opset(model: ModelProto, domain: str, version: int) -> None:
