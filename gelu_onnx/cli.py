@@ -157,18 +157,31 @@ def _checker(model_or_path, shown) -> None:
 
 
 def cmd_fuse(args) -> int:
+    from . import splice
+
+    _need_file(args.input)
+    if _same_file(args.input, args.output) and not args.overwrite_input:
+        raise InputError(f"{args.output} is the input file; refusing to overwrite it (pass --overwrite-input)")
+    # Big single-file models: fuse a skeleton whose weights stay in the input
+    # file and are copied to the output byte for byte (gelu_onnx/splice.py).
+    skel = splice.open_skeleton(args.input) if splice.wanted(args.input) else None
+    if skel is not None:
+        with skel:
+            return _fuse_finish(args, skel.loaded, skel)
+    return _fuse_finish(args, _load(args.input), None)
+
+
+def _fuse_finish(args, loaded, skel) -> int:
     import onnx
 
     from . import fuse_with_report, io
     from .contract import MAX_IR_VERSION
     from .io import clamp_ir_version
 
-    _need_file(args.input)
-    if _same_file(args.input, args.output) and not args.overwrite_input:
-        raise InputError(f"{args.output} is the input file; refusing to overwrite it (pass --overwrite-input)")
-    loaded = _load(args.input)
-    # in place: the CLI owns this freshly loaded copy; the file is untouched
-    res = fuse_with_report(loaded, target=args.target, inplace=True)
+    # splice: the skeleton's placeholders resolve against the input's folder
+    with skel.in_folder() if skel is not None else contextlib.nullcontext():
+        # in place: the CLI owns this freshly loaded copy; the file is untouched
+        res = fuse_with_report(loaded, target=args.target, inplace=True)
     out = res.model
     # The promise: every written model passes onnx.checker and loads in
     # onnxruntime 1.31 (IR <= 13). onnx >= 1.23 stamps IR 14 on everything it
@@ -183,12 +196,20 @@ def cmd_fuse(args) -> int:
     # The checker resolves external data relative to the model file (and takes
     # > 2 GiB only as a file): check those after writing, the rest before.
     # (not ByteSize(): upb computes it by serializing the whole model)
-    in_memory = io.embedded_bytes(out) < io.MAX_PROTO_BYTES - (64 << 20) and not any(
-        t.data_location == onnx.TensorProto.EXTERNAL for t in io.iter_tensors(out))
-    if in_memory:
-        _checker(out, args.output)
-    # io: temp file + rename; external data files linked next to the output; the input is protected
-    saved = loaded.save(out, args.output, overwrite_input=args.overwrite_input)
+    if skel is not None:
+        # The skeleton is small; its stripped weights are checked as external
+        # data inside the input file (their lengths exactly by splice).
+        with skel.in_folder():
+            _checker(out, args.output)
+        saved = skel.save(out, args.output, overwrite_input=args.overwrite_input)
+        in_memory = True
+    else:
+        in_memory = io.embedded_bytes(out) < io.MAX_PROTO_BYTES - (64 << 20) and not any(
+            t.data_location == onnx.TensorProto.EXTERNAL for t in io.iter_tensors(out))
+        if in_memory:
+            _checker(out, args.output)
+        # io: temp file + rename; external data files linked next to the output; the input is protected
+        saved = loaded.save(out, args.output, overwrite_input=args.overwrite_input)
     if not in_memory:
         try:
             _checker(args.output, args.output)

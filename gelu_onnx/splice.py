@@ -1,0 +1,439 @@
+"""Fuse a large single-file model without parsing or re-writing its weights.
+
+A 1.3 GB BERT-large file is 99.9 % weight payload, and the fuse pass never
+changes a weight. So instead of parsing the whole file into protobuf objects
+and serializing it all again, ``open_skeleton`` walks the protobuf wire format
+(ModelProto -> field 7 graph -> field 5 initializers) over an mmap of the file,
+touching only field headers, and builds a *skeleton*: the same model in which
+every large initializer is a valid external-data reference to its own payload
+bytes inside the input file (location = the file's name, offset/length = the
+raw_data bytes). The skeleton is a few hundred KB; it is validated by
+``gelu_onnx.io`` like any loaded model (which also checks every reference lies
+inside the file) and fused with the normal API. ``Skeleton.save`` then writes
+the fused skeleton with each placeholder entry replaced by the original
+initializer entry, copied byte for byte from the input file in the kernel
+(``os.copy_file_range``), to a temp file that is renamed into place.
+
+Only tensors that are certainly plain payload are stripped: main-graph
+initializers with exactly one ``raw_data`` field of at least
+``STRIP_MIN_BYTES`` whose length equals what dims and type require, and no
+other data field. Everything else (small tensors, subgraph initializers,
+sparse initializers, typed data fields) stays in the skeleton and goes the
+normal way. A file this module cannot map field by field (protobuf groups,
+the graph given twice, external data of its own) returns None from
+``open_skeleton`` and takes the plain path; a damaged file raises InputError.
+
+onnx.checker resolves external-data locations against the current working
+directory, so checks of the skeleton run inside ``Skeleton.in_folder()``
+(which changes the process's cwd for its duration). What the checker then
+verifies for a stripped tensor is its name/type/dims and that its payload
+lies in a regular file; the payload length itself is checked exactly here.
+
+GELU_ONNX_SPLICE=0 in the environment turns the splice path off.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+from onnx import ModelProto, TensorProto
+from google.protobuf.message import DecodeError
+
+from . import io
+from .errors import GeluOnnxError, InputError, UnsupportedError
+
+# Below this file size a plain parse + serialize costs well under a second.
+MIN_FILE_BYTES = 64 << 20
+# raw_data payloads at least this large stay in the file. Must stay far above
+# the largest tensor graph.tensor_value materialises (4096 elements): a
+# stripped tensor is never read as a constant (tests/test_splice.py checks).
+STRIP_MIN_BYTES = 256 << 10
+# Room left under protobuf's 2 GiB for what the fuse adds (functions, nodes).
+_MARGIN = 16 << 20
+# File names usable as a relative external-data location as they are.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=@,-]*")
+
+_LEN = 2  # length-delimited wire type
+_GRAPH, _INITIALIZER = 7, 5  # ModelProto.graph, GraphProto.initializer
+_RAW_DATA = 9  # TensorProto.raw_data
+_OTHER_DATA = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+class _Unsupported(Exception):
+    """Valid protobuf this module does not map field by field: use the plain path."""
+
+
+class _Malformed(Exception):
+    """Not a well-formed protobuf message."""
+
+
+# --- wire format ------------------------------------------------------------
+
+
+def _varint(buf, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise _Malformed("a field header runs past the end of its message")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise _Malformed("a varint is longer than 10 bytes")
+
+
+class _Src:
+    """The input's bytes: a file read with pread in small windows (nothing is
+    mapped, so the weights never count as this process's memory), or bytes."""
+
+    WINDOW = 1 << 16
+
+    def __init__(self, data=None, fd: int | None = None, size: int = 0):
+        self.data, self.fd = data, fd
+        self.size = len(data) if data is not None else size
+
+    def read(self, start: int, end: int) -> bytes:
+        if self.data is not None:
+            return bytes(self.data[start:end])
+        out = os.pread(self.fd, end - start, start)
+        while len(out) < end - start:
+            more = os.pread(self.fd, end - start - len(out), start + len(out))
+            if not more:
+                raise _Malformed("the file ends early")
+            out += more
+        return out
+
+    def window(self, pos: int, end: int) -> tuple[bytes, int]:
+        """(bytes, their offset) with the bytes at pos; at least 20 unless the range ends."""
+        if self.data is not None:
+            return self.data, 0
+        return os.pread(self.fd, min(self.WINDOW, end - pos), pos), pos
+
+
+def _fields(src: _Src, start: int, end: int):
+    """(field number, wire type, field start, value start, field end) of each
+    field of the message at [start, end); never reads outside that range."""
+    pos = start
+    win, base = b"", 0
+    while pos < end:
+        # a field header (key + length or varint value) is at most 20 bytes
+        if pos - base + 20 > len(win) and base + len(win) < end:
+            win, base = src.window(pos, end)
+        lim = min(end, base + len(win)) - base
+        i = fstart = pos - base
+        key, i = _varint(win, i, lim)
+        num, wt = key >> 3, key & 7
+        if num == 0:
+            raise _Malformed("field number 0")
+        if wt == 0:
+            _, i = _varint(win, i, lim)
+            vstart = i
+        elif wt == 1:
+            vstart, i = i, i + 8
+        elif wt == _LEN:
+            n, vstart = _varint(win, i, lim)
+            i = vstart + n
+        elif wt == 5:
+            vstart, i = i, i + 4
+        elif wt in (3, 4):
+            raise _Unsupported("protobuf groups")
+        else:
+            raise _Malformed(f"invalid wire type {wt}")
+        pos = base + i
+        if pos > end:
+            raise _Malformed("a field runs past the end of its message")
+        yield num, wt, base + fstart, base + vstart, pos
+
+
+def _key(num: int, wt: int) -> bytes:
+    return _enc_varint((num << 3) | wt)
+
+
+def _enc_varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+# --- the skeleton -------------------------------------------------------------
+
+
+@dataclass
+class _Stripped:
+    name: str
+    start: int  # the whole initializer entry (key, length, TensorProto) in the input
+    end: int
+    entry: bytes  # the placeholder's initializer entry in the skeleton
+
+
+@dataclass
+class Skeleton:
+    """A loaded, validated model whose large weights stay in the input file."""
+
+    loaded: io.LoadedModel
+    path: str  # real path of the input file
+    size: int
+    stripped: dict[bytes, _Stripped] = field(default_factory=dict)  # by placeholder entry
+    _fd: int | None = None
+
+    @property
+    def model(self) -> ModelProto:
+        return self.loaded.model
+
+    @property
+    def stripped_bytes(self) -> int:
+        return sum(s.end - s.start for s in self.stripped.values())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @contextlib.contextmanager
+    def in_folder(self):
+        """Run onnx.checker / version conversion on the skeleton here: their
+        external-data checks resolve locations against the cwd."""
+        back = os.open(".", os.O_RDONLY)
+        try:
+            os.chdir(os.path.dirname(self.path))
+            yield
+        finally:
+            os.fchdir(back)
+            os.close(back)
+
+    def save(self, model: ModelProto, out_path, *, overwrite_input: bool = False) -> io.SavedModel:
+        """Write ``model`` (the fused skeleton) with every placeholder replaced by
+        the input's original initializer bytes; temp file + rename."""
+        shown = str(os.fspath(out_path))
+        out = os.path.abspath(shown)
+        out_dir = os.path.dirname(out)
+        if not os.path.isdir(out_dir):
+            raise InputError(f"{shown}: output folder {out_dir} does not exist")
+        if os.path.isdir(out):
+            raise InputError(f"{shown}: is a directory; give an output file name")
+        if os.path.exists(out) and os.path.samefile(out, self.path) and not overwrite_input:
+            raise InputError(f"{shown}: refusing to overwrite the input model; choose another "
+                             "output path (or request in-place explicitly)")
+        pieces, total = self._pieces(model)
+        if total > io.MAX_PROTO_BYTES:
+            raise UnsupportedError(f"{shown}: the fused model would be over 2 GB in one file")
+        fd, tmp = io._tmp_in(os.path.realpath(out_dir), os.path.basename(out))
+        try:
+            try:
+                for p in pieces:
+                    if isinstance(p, tuple):
+                        self._copy(fd, *p)
+                    else:
+                        _write_all(fd, p)
+            finally:
+                os.close(fd)
+            os.replace(tmp, out)
+        except OSError as e:
+            _unlink(tmp)
+            raise InputError(f"{shown}: cannot write it ({e.strerror or e})") from None
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return io.SavedModel(out)
+
+    # -- output assembly --------------------------------------------------------
+    def _pieces(self, model: ModelProto) -> tuple[list, int]:
+        """The output as bytes and (offset, length) ranges of the input file."""
+        external = sum(1 for t in io.iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
+        buf = model.SerializeToString()  # small: the weights are placeholders
+        try:
+            src = _Src(buf)
+            graphs = [f for f in _fields(src, 0, len(buf)) if f[0] == _GRAPH]
+        except (_Malformed, _Unsupported) as e:  # we serialized it: a bug
+            raise GeluOnnxError(f"splice: cannot re-read the fused skeleton ({e})") from None
+        if len(graphs) != 1:
+            raise GeluOnnxError("splice: the fused skeleton has no single graph field")
+        _, _, gstart, gval, gend = graphs[0]
+        body: list = []
+        glen, run, used = 0, gval, 0
+        for num, wt, fs, vs, fe in _fields(src, gval, gend):
+            if num != _INITIALIZER or wt != _LEN:
+                continue
+            rec = self.stripped.get(buf[fs:fe])
+            if rec is None:
+                continue
+            body.append(buf[run:fs])
+            body.append((rec.start, rec.end - rec.start))
+            glen += (fs - run) + (rec.end - rec.start)
+            run = fe
+            used += 1
+        if used != external:
+            # a placeholder was changed (or a reference to elsewhere appeared):
+            # the fuse never touches weights, so this is a bug, not bad input
+            raise GeluOnnxError(f"splice: {external - used} weight placeholder(s) were modified by the fuse")
+        body.append(buf[run:gend])
+        glen += gend - run
+        head = buf[:gstart] + _key(_GRAPH, _LEN) + _enc_varint(glen)
+        tail = buf[gend:]
+        return [head, *body, tail], len(head) + glen + len(tail)
+
+    def _copy(self, dst: int, offset: int, length: int) -> None:
+        """Copy input bytes [offset, offset+length) to dst's position, in the kernel."""
+        end = offset + length
+        try:
+            while offset < end:
+                n = os.copy_file_range(self._fd, dst, end - offset, offset)
+                if n == 0:
+                    raise InputError(f"{self.path}: the input file shrank while it was being fused")
+                offset += n
+        except (AttributeError, OSError) as e:
+            if isinstance(e, OSError) and e.errno not in _NO_COPY_RANGE:
+                raise
+            while offset < end:  # no copy_file_range here: chunked pread/write
+                chunk = os.pread(self._fd, min(end - offset, 1 << 24), offset)
+                if not chunk:
+                    raise InputError(f"{self.path}: the input file shrank while it was being fused") from None
+                _write_all(dst, chunk)
+                offset += len(chunk)
+
+
+# copy_file_range refusals that mean "not here" (old kernels, some filesystems)
+_NO_COPY_RANGE = {getattr(errno, n) for n in ("EXDEV", "ENOSYS", "EOPNOTSUPP", "EINVAL", "EPERM") if hasattr(errno, n)}
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def wanted(path, min_bytes: int | None = None) -> bool:
+    """Whether the CLI should try the splice path for this file."""
+    if os.environ.get("GELU_ONNX_SPLICE", "1") == "0":
+        return False
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return False
+    return size >= (MIN_FILE_BYTES if min_bytes is None else min_bytes)
+
+
+def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | None:
+    """Read and validate the model at ``path`` without its large weights.
+
+    None when the file cannot be handled this way (then use io.load_model);
+    InputError / UnsafeModelError (the io messages) when it is damaged or unsafe.
+    """
+    shown = os.fspath(path)
+    real = os.path.realpath(shown)
+    strip_min = STRIP_MIN_BYTES if strip_min_bytes is None else strip_min_bytes
+    if not _SAFE_NAME.fullmatch(os.path.basename(real)):
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None  # the plain path words the error
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size > io.MAX_PROTO_BYTES - _MARGIN:
+            raise _Unsupported("not a regular file of a size we splice")
+        skel_bytes, stripped = _scan(_Src(fd=fd, size=st.st_size), os.path.basename(real), strip_min)
+        model = ModelProto()
+        try:
+            model.ParseFromString(skel_bytes)
+        except (DecodeError, ValueError, RuntimeError, TypeError):
+            raise _Malformed("protobuf parse failed") from None
+        # the io checks, on the skeleton: every placeholder is verified to lie
+        # inside this very file
+        files = io.validate_model(model, base_dir=os.path.dirname(real), where=shown)
+        placeholders = sum(1 for t in io.iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
+        if placeholders != len(stripped) or files not in ((), (real,)):
+            raise _Unsupported("the model has external data of its own")
+    except _Unsupported:
+        os.close(fd)
+        return None
+    except _Malformed:
+        os.close(fd)
+        raise InputError(f"{shown}: not a valid ONNX model (protobuf parse failed: truncated, "
+                         "damaged or not ONNX)") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    loaded = io.LoadedModel(model, real, os.path.dirname(real), (real,) if stripped else (), st.st_size)
+    return Skeleton(loaded, real, st.st_size, {s.entry: s for s in stripped}, fd)
+
+
+def _scan(src: _Src, location: str, strip_min: int) -> tuple[bytes, list[_Stripped]]:
+    """The skeleton's bytes: the file with each large raw_data initializer
+    replaced by an external-data reference into the file itself."""
+    size = src.size
+    top = list(_fields(src, 0, size))
+    graphs = [f for f in top if f[0] == _GRAPH]
+    if len(graphs) != 1 or graphs[0][1] != _LEN:
+        raise _Unsupported("not exactly one graph field")  # io words the missing-graph error
+    _, _, gstart, gval, gend = graphs[0]
+    stripped: list[_Stripped] = []
+    parts: list[bytes] = []
+    run = gval  # start of the graph bytes not yet copied
+    for num, wt, fs, vs, fe in _fields(src, gval, gend):
+        if num != _INITIALIZER or wt != _LEN or fe - vs < strip_min:
+            continue
+        rec = _placeholder(src, fs, vs, fe, location, strip_min)
+        if rec is None:
+            continue
+        parts.append(src.read(run, fs))
+        parts.append(rec.entry)
+        stripped.append(rec)
+        run = fe
+    parts.append(src.read(run, gend))
+    graph = b"".join(parts)
+    out = src.read(0, gstart) + _key(_GRAPH, _LEN) + _enc_varint(len(graph)) + graph + src.read(gend, size)
+    return out, stripped
+
+
+def _placeholder(src: _Src, fs: int, vs: int, fe: int, location: str, strip_min: int) -> _Stripped | None:
+    raw = None
+    rest: list[bytes] = []
+    for num, wt, f0, v0, f1 in _fields(src, vs, fe):
+        if num == _RAW_DATA:
+            if raw is not None or wt != _LEN:
+                return None  # repeated or odd raw_data: leave it to protobuf
+            raw = (v0, f1)
+        else:
+            rest.append(src.read(f0, f1))
+    if raw is None or raw[1] - raw[0] < strip_min:
+        return None
+    t = TensorProto()
+    try:
+        t.ParseFromString(b"".join(rest))
+    except (DecodeError, ValueError, RuntimeError, TypeError):
+        raise _Malformed("bad initializer") from None
+    if (t.data_location != TensorProto.DEFAULT or len(t.external_data) or t.HasField("segment")
+            or any(len(getattr(t, f)) for f in _OTHER_DATA) or isinstance(t.name, bytes)
+            or io.tensor_nbytes(t) != raw[1] - raw[0]):
+        return None  # not plain payload: protobuf / io / the checker judge it as usual
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", str(raw[0])), ("length", str(raw[1] - raw[0]))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    body = t.SerializeToString()
+    return _Stripped(t.name, fs, fe, _key(_INITIALIZER, _LEN) + _enc_varint(len(body)) + body)
