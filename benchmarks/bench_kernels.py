@@ -137,6 +137,7 @@ def machine():
     except (OSError, StopIteration):
         pass
     info["gelu_onnx_cpu_path"] = ortlib.kernel_library().gelu_cpu_isa().decode()
+    info["loadavg_at_start"] = list(os.getloadavg())  # other work on the machine skews 2-thread runs
     return info
 
 
@@ -172,6 +173,7 @@ def main(argv=None):
             print(f"{n:>9} {our_name:>12} {so['median_gelem_s']:6.2f} G/s | {their_name:>24} "
                   f"{st['median_gelem_s']:6.2f} G/s | x{ratio:.2f}" + (f" (target {target}x)" if target else ""),
                   flush=True)
+    results["loadavg_at_end"] = list(os.getloadavg())
     if a.json:
         _write(a.json, json.dumps(results, indent=1) + "\n")
     if a.md:
@@ -194,6 +196,8 @@ def markdown(results):
         f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs ({', '.join(m.get('simd', []))}), "
         f"kernel path `{m.get('gelu_onnx_cpu_path')}`; onnxruntime {m['onnxruntime']}; "
         f"{results['threads']} threads; {results['rounds']} alternating rounds; {results['method']}.",
+        f"Load average (1, 5, 15 min) at start {m.get('loadavg_at_start')}, at end {results.get('loadavg_at_end')}: "
+        "anything above ~0.5 means other processes shared the 2 cores and the 2-thread numbers are pessimistic.",
         "Produced by `python benchmarks/bench_kernels.py --json benchmarks/results/cpu_kernels.json "
         "--md benchmarks/results/cpu_kernels.md`.",
         "",
