@@ -184,6 +184,29 @@ def test_shape_inference_keeps_symbolic_dims():
     assert s.get_outputs()[0].type == "tensor(float)"
 
 
+def test_unnamed_dynamic_dims_do_not_become_minus_one():
+    """An unknown, unnamed input dim must not be inferred as the value -1 for
+    the output: a Reshape whose target is built from Shape(output) would then
+    see two -1s and the session would fail to load (seen on a fused BERT)."""
+    n = helper.make_node
+    nodes = [
+        n("GeluErf", ["X"], ["Y"], domain=contract.DOMAIN),
+        n("Shape", ["Y"], ["s"]),
+        n("Constant", [], ["i0"], value=helper.make_tensor("i0", TP.INT64, [1], [0])),
+        n("Gather", ["s", "i0"], ["d0"], axis=0),
+        n("Constant", [], ["m1"], value=helper.make_tensor("m1", TP.INT64, [1], [-1])),
+        n("Concat", ["d0", "m1"], ["target"], axis=0),
+        n("Reshape", ["Y", "target"], ["Z"]),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TP.FLOAT, [None, None, 8])],
+                          [helper.make_tensor_value_info("Z", TP.FLOAT, None)])
+    m = helper.make_model(g, ir_version=10, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid(contract.DOMAIN, contract.OPSET_VERSION)])
+    x = np.random.default_rng(5).standard_normal((2, 3, 8)).astype(np.float32)
+    z = session(m).run(None, {"X": x})[0]
+    np.testing.assert_allclose(z, reference("erf", x).reshape(2, 24), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("shape", [(0, 768), (4, 0), (0,), (2, 0, 3)])
 def test_zero_size_tensors(shape):
     for op_type in ("GeluErf", "BiasGeluErf"):

@@ -244,6 +244,17 @@ OrtStatus* ORT_API_CALL InferOutputShape(const OrtCustomOp*, OrtShapeInferContex
   size_t rank = 0;
   if ((st = g_api->GetDimensionsCount(info, &rank))) return st;
   if (rank == 0) return nullptr;
+  // An unknown dimension without a symbolic name comes back as -1, and
+  // SetOutputTypeShape would write it as the literal value -1 (ORT 1.31):
+  // downstream Shape/Reshape inference then sees "-1" dims and fails (found
+  // with a fused BERT: "Target shape may not have multiple -1 dimensions").
+  // Such shapes are left unknown instead; the output type is still inferred.
+  std::vector<int64_t> dims(rank);
+  std::vector<const char*> syms(rank, nullptr);
+  if ((st = g_api->GetDimensions(info, dims.data(), rank))) return st;
+  if ((st = g_api->GetSymbolicDimensions(info, syms.data(), rank))) return st;
+  for (size_t i = 0; i < rank; ++i)
+    if (dims[i] < 0 && (!syms[i] || !syms[i][0])) return nullptr;
   return g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, info);
 }
 
