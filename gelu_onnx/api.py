@@ -194,19 +194,31 @@ def inspect(model, target: str = "custom", *, base_dir: str | None = None) -> Fu
         raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
     m, base_dir = _as_model(model, base_dir)
     res = FuseResult(m, target)
-    for idx, matches, misses, legacy in _plan(m, base_dir):
+    for idx, keep, _ in _select(_plan(m, base_dir), target, res):
+        for mt, ct, use_bias in keep:
+            res.fusions.append(_record(idx, mt, emission(target, mt.form, use_bias, mt.alpha), use_bias, ct))
+    return res
+
+
+def _select(plan, target: str, res: FuseResult):
+    """Per graph: the matches this target can express, each with its compute
+    type and whether its bias Add is folded in; the rest become near-misses.
+    Legacy-plugin matches carry their bias separately (third element)."""
+    accepted = []
+    for idx, matches, misses, legacy in plan:
         lb = {id(lm): b for lm, b in legacy}
+        keep = []
         for mt in matches + [lm for lm, _ in legacy]:
             ct = wider(mt.leaf_type, mt.root_type)
             why = supported(target, mt.form, ct)
             if why:
                 res.near_misses.append(_unsupported_miss(idx, mt, why))
                 continue
-            use_bias = (lb[id(mt)] is not None if id(mt) in lb else bool(mt.bias)) \
-                and target_takes_bias(target, mt.form) and ct == mt.leaf_type
-            res.fusions.append(_record(idx, mt, emission(target, mt.form, use_bias, mt.alpha), use_bias, ct))
+            has_bias = lb[id(mt)] is not None if id(mt) in lb else bool(mt.bias)
+            keep.append((mt, ct, has_bias and target_takes_bias(target, mt.form) and ct == mt.leaf_type))
         res.near_misses.extend(misses)
-    return res
+        accepted.append((idx, keep, lb))
+    return accepted
 
 
 def _unsupported_miss(idx: GraphIndex, mt: Match, why: str) -> NearMiss:
@@ -230,24 +242,12 @@ def _rewrite(m: ModelProto, plan, target: str, res: FuseResult) -> None:
     # Older opsets have no CastLike: the function bodies are then typed, one
     # dtype per op type; call sites of other dtypes compute in float32.
     typed_functions = target == "custom" and opset < 15
+    accepted = _select(plan, target, res)
     fn_types: dict[str, set[int]] = {}
-    accepted: list[tuple[GraphIndex, list[tuple[Match, int, bool]]]] = []
-    for idx, matches, misses, legacy in plan:
-        keep = []
-        lb = {id(lm): b for lm, b in legacy}
-        for mt in matches + [lm for lm, _ in legacy]:
-            ct = wider(mt.leaf_type, mt.root_type)
-            why = supported(target, mt.form, ct)
-            if why:
-                res.near_misses.append(_unsupported_miss(idx, mt, why))
-                continue
-            use_bias = (lb[id(mt)] is not None if id(mt) in lb else bool(mt.bias)) \
-                and target_takes_bias(target, mt.form) and ct == mt.leaf_type
-            keep.append((mt, ct, use_bias))
-            if target == "custom":
+    if target == "custom":
+        for _, keep, _ in accepted:
+            for mt, ct, use_bias in keep:
                 fn_types.setdefault(C.OP_TYPES[(mt.form, use_bias)], set()).add(ct)
-        res.near_misses.extend(misses)
-        accepted.append((idx, keep, lb))
     fn_dtype: dict[str, int | None] = {}
     for op_type, types in fn_types.items():
         fn_dtype[op_type] = (next(iter(types)) if len(types) == 1 else onnx.TensorProto.FLOAT) \
