@@ -217,3 +217,22 @@ def test_bias_behind_torchscript_identity_dedup_is_fused():
     assert [(f.op, f.bias) for f in res.fusions] == [("ai.gelu_onnx.BiasGeluErf", True)]
     x = rng.standard_normal((2, 4)).astype(np.float32)
     np.testing.assert_allclose(run(res.model, {"x": x})[0], run(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bert_torchscript_op17", "gpt2_torchscript_op14", "clip_text_dynamo_op18",
+                                  "vit_dynamo_op17", "bloom_torchscript_op18"])
+@pytest.mark.parametrize("target", ["custom", "standard", "ort"])
+def test_fused_models_are_clean_for_onnx_graphsurgeon(name, target):
+    """An independent graph library finds nothing dead left behind."""
+    gs = pytest.importorskip("onnx_graphsurgeon")
+    out = gelu_onnx.fuse(str(ROOT / "models" / f"{name}.onnx"), target)
+    g = gs.import_onnx(out)
+    before = [n.name for n in g.nodes]
+    g.cleanup(remove_unused_graph_inputs=False)
+    assert [n.name for n in g.nodes] == before
+    # and our node order is topological: every input defined before use
+    defined = {i.name for i in out.graph.input} | {t.name for t in out.graph.initializer} | {""}
+    for n in out.graph.node:
+        assert set(n.input) <= defined, n.name
+        defined.update(n.output)
+    onnx.checker.check_model(gs.export_onnx(g), full_check=True)
