@@ -18,6 +18,14 @@ inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
 inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vscale_m4(vf t, vf j) {
+  const __m256i e = _mm256_and_si256(_mm256_slli_epi32(_mm256_castps_si256(j), 21), _mm256_set1_epi32(static_cast<int>(0xff800000u)));
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(t), e));
+}
+inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
+  return _mm256_permutevar_ps(_mm256_setr_ps(t0, t1, t2, t3, t0, t1, t2, t3), _mm256_castps_si256(j));
+}
 inline vf vabs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
@@ -30,6 +38,12 @@ inline vf vexp_bits(vf j, int c) {
   return _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(j), _mm256_set1_epi32(c)), 23));
 }
+// |a| > lim or NaN, compared as integers (off the FP multiply ports).
+inline vm vabs_gt(vf a, float lim) {
+  const __m256i ab = _mm256_and_si256(_mm256_castps_si256(a), _mm256_set1_epi32(0x7fffffff));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(ab, _mm256_castps_si256(_mm256_set1_ps(lim))));
+}
+inline bool vany(vm m) { return _mm256_movemask_ps(m) != 0; }
 // f * P(a) / Q(a) in double, 4 lanes at a time.
 inline __m128 frac_pd(__m128 f, __m128 a, __m128 e) {
   const __m256d fd = _mm256_cvtps_pd(f), ad = _mm256_cvtps_pd(a);

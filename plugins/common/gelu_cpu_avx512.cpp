@@ -19,6 +19,15 @@ inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
 inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vround(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vscale_m4(vf t, vf j) {
+  const __m512i e = _mm512_and_si512(_mm512_slli_epi32(_mm512_castps_si512(j), 21), _mm512_set1_epi32(static_cast<int>(0xff800000u)));
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(t), e));
+}
+inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
+  return _mm512_permutevar_ps(_mm512_setr_ps(t0, t1, t2, t3, t0, t1, t2, t3, t0, t1, t2, t3, t0, t1, t2, t3),
+                              _mm512_castps_si512(j));
+}
 inline vf vabs(vf a) { return _mm512_abs_ps(a); }
 inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
@@ -33,6 +42,12 @@ inline vf vexp_bits(vf j, int c) {
   return _mm512_castsi512_ps(
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(j), _mm512_set1_epi32(c)), 23));
 }
+// |a| > lim or NaN, compared as integers.
+inline vm vabs_gt(vf a, float lim) {
+  const __m512i ab = _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff));
+  return _mm512_cmpgt_epi32_mask(ab, _mm512_castps_si512(_mm512_set1_ps(lim)));
+}
+inline bool vany(vm m) { return m != 0; }
 // f * P(a) / Q(a) in double, 8 lanes at a time.
 inline __m256 frac_pd(__m256 f, __m256 a, __m256 e) {
   const __m512d fd = _mm512_cvtps_pd(f), ad = _mm512_cvtps_pd(a);

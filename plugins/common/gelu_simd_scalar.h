@@ -34,6 +34,14 @@ GELU_HD inline vf vsub(vf a, vf b) { return a - b; }
 GELU_HD inline vf vmul(vf a, vf b) { return a * b; }
 GELU_HD inline vf vdiv(vf a, vf b) { return a / b; }
 GELU_HD inline vf vfma(vf a, vf b, vf c) { return fmaf(a, b, c); }
+GELU_HD inline vf vround(vf a) { return rintf(a); }  // nearest even (default mode)
+// t * 2^(m >> 2) for m = bits(j) - MAGIC_BITS (whose << 21 wraps to 0 in 32 bits).
+GELU_HD inline vf vscale_m4(vf t, vf j) { return bitsf(fbits(t) + ((fbits(j) << 21) & 0xff800000u)); }
+// Entry (bits(j) & 3) of a 4-entry table.
+GELU_HD inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
+  const float t[4] = {t0, t1, t2, t3};
+  return t[fbits(j) & 3u];
+}
 GELU_HD inline vf vabs(vf a) { return bitsf(fbits(a) & 0x7fffffffu); }
 // Same NaN behaviour as x86 minps/maxps: the second operand wins.
 GELU_HD inline vf vmin(vf a, vf b) { return a < b ? a : b; }
@@ -46,6 +54,9 @@ GELU_HD inline vf vnegabs(vf a) { return bitsf(fbits(a) | 0x80000000u); }
 GELU_HD inline vf vexp_bits(vf j, int32_t c) {
   return bitsf((fbits(j) + static_cast<uint32_t>(c)) << 23);
 }
+// |a| > lim (lim >= 0) or NaN.
+GELU_HD inline vm vabs_gt(vf a, float lim) { return (fbits(a) & 0x7fffffffu) > fbits(lim); }
+GELU_HD inline bool vany(vm m) { return m; }
 GELU_HD inline double gelu_dset_(double v) { return v; }
 GELU_HD inline vf vfrac_d(vf f, vf a, vf e) {
   const double ad = a;
