@@ -26,6 +26,10 @@ inline vf vscale_m4(vf t, vf j) {
 inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
   return _mm256_permutevar_ps(_mm256_setr_ps(t0, t1, t2, t3, t0, t1, t2, t3), _mm256_castps_si256(j));
 }
+inline vf vsel_sign(vf x, vf a, vf b) { return _mm256_blendv_ps(b, a, x); }
+inline vf vldexp_j(vf f, vf j) {
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(f), _mm256_slli_epi32(_mm256_castps_si256(j), 23)));
+}
 inline vf vabs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }

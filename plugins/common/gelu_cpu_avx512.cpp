@@ -28,6 +28,10 @@ inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
   return _mm512_permutevar_ps(_mm512_setr_ps(t0, t1, t2, t3, t0, t1, t2, t3, t0, t1, t2, t3, t0, t1, t2, t3),
                               _mm512_castps_si512(j));
 }
+inline vf vsel_sign(vf x, vf a, vf b) { return _mm512_mask_blend_ps(_mm512_movepi32_mask(_mm512_castps_si512(x)), b, a); }
+inline vf vldexp_j(vf f, vf j) {
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(f), _mm512_slli_epi32(_mm512_castps_si512(j), 23)));
+}
 inline vf vabs(vf a) { return _mm512_abs_ps(a); }
 inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
