@@ -40,8 +40,8 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from onnx import ModelProto, TensorProto
 from google.protobuf.message import DecodeError
+from onnx import ModelProto, TensorProto
 
 from . import io
 from .errors import GeluOnnxError, InputError, UnsupportedError

@@ -250,7 +250,7 @@ def test_wanted_threshold_and_switch(tmp_path, monkeypatch):
 
 def _variants(data: bytes, rng):
     """Truncations at every field boundary-ish offset, and random byte flips."""
-    cuts = sorted({*range(0, min(len(data), 64)), *rng.integers(0, len(data), 120).tolist(), len(data) - 1})
+    cuts = sorted({*range(min(len(data), 64)), *rng.integers(0, len(data), 120).tolist(), len(data) - 1})
     for c in cuts:
         yield data[:c]
     for _ in range(200):
