@@ -62,6 +62,8 @@ inline vf vfrac_d(vf f, vf a, vf e) {
   return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
+// The rare wide-range formulas out of line: the hot loop keeps its constants in registers.
+#define GELU_COLD __attribute__((noinline, cold))
 #include "gelu_math.inc"
 
 inline vf vload_f32(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }

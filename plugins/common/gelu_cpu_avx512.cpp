@@ -67,6 +67,8 @@ inline vf vfrac_d(vf f, vf a, vf e) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
 
+// The rare wide-range formulas out of line: the hot loop keeps its constants in registers.
+#define GELU_COLD __attribute__((noinline, cold))
 #include "gelu_math.inc"
 
 inline vf vload_f32(const void* p) { return _mm512_loadu_ps(p); }
