@@ -231,6 +231,39 @@ def test_bias_and_sub_ranges(lib, isa, dtype, bias_len):
         np.testing.assert_array_equal(part[begin:end].view(np.uint8), y[begin:end].view(np.uint8))
 
 
+def test_streaming_stores_are_bit_identical(lib, isa):
+    """gelu_cpu_range_stream (non-temporal stores for big outputs) writes
+    exactly what gelu_cpu_range does, for aligned and misaligned outputs,
+    with and without bias, and leaves the elements outside the range alone."""
+    import ctypes
+    if not hasattr(lib, "gelu_cpu_range_stream"):
+        pytest.skip("this build's library does not export gelu_cpu_range_stream (plugins/ort/exports.map)")
+    fn = lib.gelu_cpu_range_stream
+    fn.argtypes, fn.restype = lib.gelu_cpu_range.argtypes, ctypes.c_int
+    def at(n, npdt, offset):  # zeros whose data starts `offset` elements past a 64-byte boundary
+        raw = np.zeros(n * npdt.itemsize + 128, np.uint8)
+        start = (-raw.ctypes.data) % 64 + offset * npdt.itemsize
+        return raw[start:start + n * npdt.itemsize].view(npdt)
+
+    rng = np.random.default_rng(7)
+    for dtype, (dt, npdt) in DTYPES.items():
+        b = rng.standard_normal(96).astype(npdt)
+        x = (rng.standard_normal(96 * 41) * 4).astype(npdt)
+        for offset in (0, 1, 3):  # 0: vector-aligned output (streaming stores); else ordinary ones
+            for form in FORMS:
+                for bias in (None, b):
+                    want = run(lib, form, x, bias)
+                    got = at(x.size, npdt, offset)
+                    begin, end = 5, x.size - 7
+                    rc = fn(FORMS[form], dt, x.ctypes.data, None if bias is None else bias.ctypes.data,
+                            0 if bias is None else bias.size, got.ctypes.data, begin, end, float(ALPHA))
+                    assert rc == 0
+                    assert np.array_equal(got[begin:end].view(np.uint16 if got.itemsize == 2 else np.uint32),
+                                          want[begin:end].view(np.uint16 if want.itemsize == 2 else np.uint32)), \
+                        f"{dtype} {form} offset {offset} bias {bias is not None}"
+                    assert not got[:begin].any() and not got[end:].any()
+
+
 def test_alpha_is_used(lib):
     x = np.linspace(-6, 6, 1001, dtype=np.float32)
     for alpha in (1.0, 1.5, 1.702, 2.5):

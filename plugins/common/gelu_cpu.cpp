@@ -74,8 +74,10 @@ const char* gelu_cpu_set_isa(const char* name) {
   return gelu_cpu_isa();
 }
 
-gelu_status_t gelu_cpu_range(gelu_form_t form, gelu_dtype_t dtype, const void* x, const void* bias,
-                             int64_t bias_len, void* y, int64_t begin, int64_t end, float alpha) {
+namespace {
+gelu_status_t cpu_range(gelu_form_t form, gelu_dtype_t dtype, const void* x, const void* bias,
+                        int64_t bias_len, void* y, int64_t begin, int64_t end, float alpha,
+                        int stream) {
   if (form < GELU_FORM_ERF || form > GELU_FORM_SIGMOID) return GELU_ERR_BAD_FORM;
   if (dtype < GELU_DTYPE_F32 || dtype > GELU_DTYPE_BF16) return GELU_ERR_BAD_DTYPE;
   if (begin < 0 || end < begin) return GELU_ERR_BAD_ARG;
@@ -86,16 +88,28 @@ gelu_status_t gelu_cpu_range(gelu_form_t form, gelu_dtype_t dtype, const void* x
   switch (current_isa()) {
 #if defined(GELU_ONNX_X86)
     case kAvx512:
-      gelu_range_avx512(f, dtype, x, bias, bias_len, y, begin, end, alpha);
+      gelu_range_avx512(f, dtype, x, bias, bias_len, y, begin, end, alpha, stream);
       break;
     case kAvx2:
-      gelu_range_avx2(f, dtype, x, bias, bias_len, y, begin, end, alpha);
+      gelu_range_avx2(f, dtype, x, bias, bias_len, y, begin, end, alpha, stream);
       break;
 #endif
     default:
-      gelu_range_scalar(f, dtype, x, bias, bias_len, y, begin, end, alpha);
+      gelu_range_scalar(f, dtype, x, bias, bias_len, y, begin, end, alpha, stream);
   }
   return GELU_OK;
+}
+}  // namespace
+
+gelu_status_t gelu_cpu_range(gelu_form_t form, gelu_dtype_t dtype, const void* x, const void* bias,
+                             int64_t bias_len, void* y, int64_t begin, int64_t end, float alpha) {
+  return cpu_range(form, dtype, x, bias, bias_len, y, begin, end, alpha, 0);
+}
+
+gelu_status_t gelu_cpu_range_stream(gelu_form_t form, gelu_dtype_t dtype, const void* x,
+                                    const void* bias, int64_t bias_len, void* y, int64_t begin,
+                                    int64_t end, float alpha) {
+  return cpu_range(form, dtype, x, bias, bias_len, y, begin, end, alpha, 1);
 }
 
 }  // extern "C"

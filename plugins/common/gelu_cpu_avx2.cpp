@@ -20,7 +20,7 @@ inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
 inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 inline vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline vf vscale_m4(vf t, vf j) {
-  const __m256i e = _mm256_and_si256(_mm256_slli_epi32(_mm256_castps_si256(j), 21), _mm256_set1_epi32(static_cast<int>(0xff800000u)));
+  const __m256i e = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(j), 2), 23);
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(t), e));
 }
 inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
@@ -80,19 +80,27 @@ inline void vstore_f16(void* p, vf v) {
                    _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 // float -> bfloat16, round to nearest even; NaN stays a (quiet) NaN.
-inline void vstore_bf16(void* p, vf v) {
+inline __m128i pack_bf16(vf v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
   const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
   r = _mm256_blendv_epi8(r, qnan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128(static_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
 }
+inline void vstore_bf16(void* p, vf v) { _mm_storeu_si128(static_cast<__m128i*>(p), pack_bf16(v)); }
+
+constexpr bool kHasStream = true;
+inline void vstream_f32(void* p, vf v) { _mm256_stream_ps(static_cast<float*>(p), v); }
+inline void vstream_f16(void* p, vf v) {
+  _mm_stream_si128(static_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void vstream_bf16(void* p, vf v) { _mm_stream_si128(static_cast<__m128i*>(p), pack_bf16(v)); }
+inline void vstream_fence() { _mm_sfence(); }
 
 #include "gelu_cpu_loop.inc"
 }  // namespace gelu_avx2
 
 void gelu_range_avx2(GELU_RANGE_ARGS) {
-  gelu_avx2::gelu_range_impl(form, dtype, x, bias, bias_len, y, begin, end, alpha);
+  gelu_avx2::gelu_range_impl(form, dtype, x, bias, bias_len, y, begin, end, alpha, stream);
 }

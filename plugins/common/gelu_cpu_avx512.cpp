@@ -21,7 +21,7 @@ inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
 inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline vf vround(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline vf vscale_m4(vf t, vf j) {
-  const __m512i e = _mm512_and_si512(_mm512_slli_epi32(_mm512_castps_si512(j), 21), _mm512_set1_epi32(static_cast<int>(0xff800000u)));
+  const __m512i e = _mm512_slli_epi32(_mm512_srli_epi32(_mm512_castps_si512(j), 2), 23);
   return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(t), e));
 }
 inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
@@ -84,18 +84,27 @@ inline void vstore_f16(void* p, vf v) {
   _mm256_storeu_si256(static_cast<__m256i*>(p),
                       _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-inline void vstore_bf16(void* p, vf v) {
+inline __m256i pack_bf16(vf v) {
   const __m512i u = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
   const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
   r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, qnan);
-  _mm256_storeu_si256(static_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+  return _mm512_cvtepi32_epi16(r);
 }
+inline void vstore_bf16(void* p, vf v) { _mm256_storeu_si256(static_cast<__m256i*>(p), pack_bf16(v)); }
+
+constexpr bool kHasStream = true;
+inline void vstream_f32(void* p, vf v) { _mm512_stream_ps(static_cast<float*>(p), v); }
+inline void vstream_f16(void* p, vf v) {
+  _mm256_stream_si256(static_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline void vstream_bf16(void* p, vf v) { _mm256_stream_si256(static_cast<__m256i*>(p), pack_bf16(v)); }
+inline void vstream_fence() { _mm_sfence(); }
 
 #include "gelu_cpu_loop.inc"
 }  // namespace gelu_avx512
 
 void gelu_range_avx512(GELU_RANGE_ARGS) {
-  gelu_avx512::gelu_range_impl(form, dtype, x, bias, bias_len, y, begin, end, alpha);
+  gelu_avx512::gelu_range_impl(form, dtype, x, bias, bias_len, y, begin, end, alpha, stream);
 }

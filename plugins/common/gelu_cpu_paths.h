@@ -4,9 +4,10 @@
 
 #include "gelu_kernels.h"
 
+// stream != 0: write y with non-temporal stores where the path has them.
 #define GELU_RANGE_ARGS                                                                 \
   int form, int dtype, const void *x, const void *bias, int64_t bias_len, void *y, \
-      int64_t begin, int64_t end, float alpha
+      int64_t begin, int64_t end, float alpha, int stream
 
 void gelu_range_scalar(GELU_RANGE_ARGS);
 #if defined(__x86_64__) || defined(_M_X64)

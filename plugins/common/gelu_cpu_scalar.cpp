@@ -10,10 +10,15 @@ inline vf vload_bf16(const void* p) { uint16_t h; memcpy(&h, p, 2); return bf16_
 inline void vstore_f32(void* p, vf v) { memcpy(p, &v, 4); }
 inline void vstore_f16(void* p, vf v) { const uint16_t h = f32_to_f16(v); memcpy(p, &h, 2); }
 inline void vstore_bf16(void* p, vf v) { const uint16_t h = f32_to_bf16(v); memcpy(p, &h, 2); }
+// No non-temporal stores on this path (the stream flag is ignored).
+constexpr bool kHasStream = false;
+inline void vstream_f32(void* p, vf v) { vstore_f32(p, v); }
+inline void vstream_f16(void* p, vf v) { vstore_f16(p, v); }
+inline void vstream_bf16(void* p, vf v) { vstore_bf16(p, v); }
+inline void vstream_fence() {}
 #include "gelu_cpu_loop.inc"
 }  // namespace gelu_scalar
 
-void gelu_range_scalar(int form, int dt, const void* x, const void* b, int64_t bl, void* y,
-                       int64_t s, int64_t e, float a) {
-  gelu_scalar::gelu_range_impl(form, dt, x, b, bl, y, s, e, a);
+void gelu_range_scalar(GELU_RANGE_ARGS) {
+  gelu_scalar::gelu_range_impl(form, dtype, x, bias, bias_len, y, begin, end, alpha, stream);
 }

@@ -35,8 +35,9 @@ GELU_HD inline vf vmul(vf a, vf b) { return a * b; }
 GELU_HD inline vf vdiv(vf a, vf b) { return a / b; }
 GELU_HD inline vf vfma(vf a, vf b, vf c) { return fmaf(a, b, c); }
 GELU_HD inline vf vround(vf a) { return rintf(a); }  // nearest even (default mode)
-// t * 2^(m >> 2) for m = bits(j) - MAGIC_BITS (whose << 21 wraps to 0 in 32 bits).
-GELU_HD inline vf vscale_m4(vf t, vf j) { return bitsf(fbits(t) + ((fbits(j) << 21) & 0xff800000u)); }
+// t * 2^(m >> 2) for m = bits(j) - MAGIC_BITS: (MAGIC_BITS >> 2) << 23 wraps to
+// 0 in 32 bits and MAGIC_BITS is a multiple of 4, so this is floor(m/4) << 23.
+GELU_HD inline vf vscale_m4(vf t, vf j) { return bitsf(fbits(t) + ((fbits(j) >> 2) << 23)); }
 // Entry (bits(j) & 3) of a 4-entry table.
 GELU_HD inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
   const float t[4] = {t0, t1, t2, t3};
