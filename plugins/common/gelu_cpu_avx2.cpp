@@ -64,6 +64,7 @@ inline vf vfrac_d(vf f, vf a, vf e) {
 
 // The rare wide-range formulas out of line: the hot loop keeps its constants in registers.
 #define GELU_COLD __attribute__((noinline, cold))
+#define GELU_HOT __attribute__((always_inline))
 #include "gelu_math.inc"
 
 inline vf vload_f32(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }

@@ -11,6 +11,8 @@
 #define GELU_HD __host__ __device__
 #else
 #define GELU_HD
+#define GELU_COLD __attribute__((noinline, cold))
+#define GELU_HOT __attribute__((always_inline))
 #endif
 
 namespace gelu_scalar {
