@@ -297,3 +297,18 @@ def test_missing_library_is_a_clear_error(monkeypatch, tmp_path):
     assert not ortlib.available()
     with pytest.raises(InputError, match="is not a file"):
         ortlib.session_options()
+
+
+@pytest.mark.parametrize("dtype", [TP.FLOAT, TP.FLOAT16])
+def test_large_outputs_use_streaming_stores_bit_identically(dtype):
+    """Outputs >= 32 MiB take the non-temporal-store path: same bits as the
+    same values computed in small (cached-store) tensors."""
+    np_dt = np.float32 if dtype == TP.FLOAT else np.float16
+    rows = (40 << 20) // (np.dtype(np_dt).itemsize * 1024)  # 40 MiB of output
+    x = (np.random.default_rng(7).standard_normal((rows, 1024)) * 4).astype(np_dt)
+    b = np.random.default_rng(8).standard_normal(1024).astype(np_dt)
+    sess = session(make_model("BiasGeluTanh", dtype), threads=2)
+    big = run(sess, {"X": x, "B": b})
+    small = np.concatenate([run(sess, {"X": x[i:i + 512], "B": b}) for i in range(0, rows, 512)])
+    assert big.view(np.uint16 if np_dt == np.float16 else np.uint32).tobytes() == \
+        small.view(np.uint16 if np_dt == np.float16 else np.uint32).tobytes()
