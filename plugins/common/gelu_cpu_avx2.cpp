@@ -47,6 +47,10 @@ inline vm vabs_gt(vf a, float lim) {
   const __m256i ab = _mm256_and_si256(_mm256_castps_si256(a), _mm256_set1_epi32(0x7fffffff));
   return _mm256_castsi256_ps(_mm256_cmpgt_epi32(ab, _mm256_castps_si256(_mm256_set1_ps(lim))));
 }
+// a > lim or NaN, for a with a clear sign bit (lim >= 0).
+inline vm vnonneg_gt(vf a, float lim) {
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_castps_si256(a), _mm256_castps_si256(_mm256_set1_ps(lim))));
+}
 inline bool vany(vm m) { return _mm256_movemask_ps(m) != 0; }
 // f * P(a) / Q(a) in double, 4 lanes at a time.
 inline __m128 frac_pd(__m128 f, __m128 a, __m128 e) {

@@ -51,6 +51,10 @@ inline vm vabs_gt(vf a, float lim) {
   const __m512i ab = _mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff));
   return _mm512_cmpgt_epi32_mask(ab, _mm512_castps_si512(_mm512_set1_ps(lim)));
 }
+// a > lim or NaN, for a with a clear sign bit (lim >= 0).
+inline vm vnonneg_gt(vf a, float lim) {
+  return _mm512_cmpgt_epi32_mask(_mm512_castps_si512(a), _mm512_castps_si512(_mm512_set1_ps(lim)));
+}
 inline bool vany(vm m) { return m != 0; }
 // f * P(a) / Q(a) in double, 8 lanes at a time.
 inline __m256 frac_pd(__m256 f, __m256 a, __m256 e) {

@@ -63,6 +63,8 @@ GELU_HD inline vf vexp_bits(vf j, int32_t c) {
 }
 // |a| > lim (lim >= 0) or NaN.
 GELU_HD inline vm vabs_gt(vf a, float lim) { return (fbits(a) & 0x7fffffffu) > fbits(lim); }
+// a > lim or NaN, for a with a clear sign bit (lim >= 0).
+GELU_HD inline vm vnonneg_gt(vf a, float lim) { return fbits(a) > fbits(lim); }
 GELU_HD inline bool vany(vm m) { return m; }
 GELU_HD inline double gelu_dset_(double v) { return v; }
 GELU_HD inline vf vfrac_d(vf f, vf a, vf e) {
