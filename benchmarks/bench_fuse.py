@@ -320,7 +320,7 @@ def markdown(doc: dict) -> str:
     lines = [
         "# gelu-onnx fuse speed",
         "",
-        f"Command: `{doc['command']}`  ",
+        *[f"Command: `{c}`  " for c in doc.get("commands", [doc["command"]])],
         f"Machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, {(m['memory_bytes'] or 0) / 2**30:.0f} GiB RAM, "
         f"Linux {m['kernel']}, models on {doc['filesystem']}; "
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + f"; gelu-onnx {m['gelu_onnx_commit']}  ",
@@ -367,10 +367,9 @@ def markdown(doc: dict) -> str:
                          f"{ortr.get('fused', '') if ortr.get('fused') is not None else ''} |")
     crashes = sorted({c for r in [*doc["models"].values(), *doc.get("synthetic", [])]
                       for c in r["contenders"].get("ort", {}).get("crashed", [])})
-    for c in crashes:
-        doc.setdefault("notes", []).append(f"ORT fusion that raised (skipped, the others ran): {c}")
-    if doc.get("notes"):
-        lines += [""] + [f"- {n}" for n in doc["notes"]]
+    notes = [*doc.get("notes", []), *(f"ORT fusion that raised (skipped, the others ran): {c}" for c in crashes)]
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
@@ -388,10 +387,19 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--md", help="write a markdown table here")
     ap.add_argument("--render", metavar="JSON", help="only re-render the markdown of an earlier --json file")
+    ap.add_argument("--note", action="append", default=[], help="a line for the notes (repeatable)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep what the existing --json file has for models not measured in this run")
     a = ap.parse_args(argv)
     if a.render:
         with open(a.render) as f:
-            text = markdown(json.load(f))
+            doc = json.load(f)
+        doc["notes"] = [*doc.get("notes", []), *a.note]
+        if a.note and a.json:
+            with open(a.json + ".tmp", "w") as f:
+                json.dump(doc, f, indent=1)
+            os.replace(a.json + ".tmp", a.json)
+        text = markdown(doc)
         if a.md:
             with open(a.md + ".tmp", "w") as f:
                 f.write(text)
@@ -404,7 +412,7 @@ def main(argv=None) -> int:
     out_dir = tempfile.mkdtemp(prefix="fuse-out-", dir=models)
     doc = {"command": "python " + " ".join([os.path.relpath(__file__, REPO)] + (argv if argv is not None else sys.argv[1:])),
            "machine": machine(), "filesystem": _fs(models), "repeats": a.repeats, "models": {}, "synthetic": [],
-           "notes": []}
+           "notes": list(a.note)}
     try:
         for name, rel in (("bert-base", "bert-base.onnx"), ("bert-large", "bert-large.onnx"), ("ext", "ext/ext.onnx")):
             path = os.path.join(models, rel)
@@ -428,6 +436,15 @@ def main(argv=None) -> int:
     finally:
         _clean(out_dir)
         os.rmdir(out_dir)
+    if a.merge and a.json and os.path.exists(a.json):
+        with open(a.json) as f:
+            old = json.load(f)
+        doc["commands"] = [*old.get("commands", [old["command"]]), doc["command"]]
+        doc["models"] = {**old["models"], **doc["models"]}
+        have = {r["gelus"] for r in doc["synthetic"]}
+        doc["synthetic"] = sorted([r for r in old.get("synthetic", []) if r["gelus"] not in have] + doc["synthetic"],
+                                  key=lambda r: r["gelus"])
+        doc["notes"] = [*old.get("notes", []), *doc["notes"]]
     if a.json:
         with open(a.json + ".tmp", "w") as f:
             json.dump(doc, f, indent=1)
