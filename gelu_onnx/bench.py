@@ -2,8 +2,10 @@
 
 For each ONNX Runtime optimization level both sessions are built with the same
 options (intra-op threads, sequential execution, our custom-op library when
-available), warmed up, then timed in alternating order (original/fused, then
-fused/original) so that clock drift, turbo and cache state hit both equally.
+available), warmed up, then timed in interleaved blocks (each session one
+untimed run then a few timed ones; original first, then fused first, ...) so
+that clock drift, turbo and cache state hit both equally and neither is timed
+while the other's thread pool is still spinning.
 The figure of merit is median fused / median original (< 1 = fused faster).
 """
 from __future__ import annotations
@@ -97,17 +99,31 @@ def versions() -> dict:
     }
 
 
+# Timed runs per session per round of _time_pair.
+BLOCK = 3
+
+
 def _time_pair(a: parity.OrtRunner, b: parity.OrtRunner, feeds_a, feeds_b, warmup: int, repeats: int):
+    """``repeats`` timed runs of each session, in interleaved blocks: per round
+    each session does one untimed run and then up to BLOCK timed ones, and the
+    session that goes first alternates. Why blocks: after a run, ONNX Runtime's
+    intra-op threads spin for a while; a run that directly follows the *other*
+    session's shares the cores with those spinners (BERT-base, 2 threads:
+    single-run alternation gave 141 vs 177 ms modes depending on what ran
+    before). The untimed run absorbs that, so both sides are timed as a
+    session that runs back to back, as a served model does."""
     for _ in range(warmup):
         a.run(feeds_a)
         b.run(feeds_b)
     ta, tb = [], []
-    for i in range(repeats):
+    for i in range((repeats + BLOCK - 1) // BLOCK):
         order = ((a, feeds_a, ta), (b, feeds_b, tb)) if i % 2 == 0 else ((b, feeds_b, tb), (a, feeds_a, ta))
         for r, f, acc in order:
-            t0 = time.perf_counter()
             r.run(f)
-            acc.append((time.perf_counter() - t0) * 1e3)
+            for _ in range(min(BLOCK, repeats - len(acc))):
+                t0 = time.perf_counter()
+                r.run(f)
+                acc.append((time.perf_counter() - t0) * 1e3)
     return ta, tb
 
 

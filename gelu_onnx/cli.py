@@ -340,7 +340,7 @@ def cmd_bench(args) -> int:
     print(f"versions: onnxruntime {v['onnxruntime']}, onnx {v['onnx']}, numpy {v['numpy']}, python {v['python']}, "
           f"gelu-onnx {v['gelu_onnx']}; custom-op library {'yes' if rep.library else 'no'}")
     print("inputs: " + ", ".join(f"{i['name']} {i['dtype']} {i['shape']}" for i in rep.inputs))
-    print(f"median of {rep.repeats} runs after {rep.warmup} warmup, alternating order:")
+    print(f"median of {rep.repeats} runs after {rep.warmup} warmup, interleaved blocks:")
     rows = [[t.opt_level, f"{t.original_ms:.3f}", f"{t.fused_ms:.3f}", f"{t.ratio:.3f}",
              "ok" if t.parity_ok else "MISMATCH"] for t in rep.results]
     print(_table(rows, ["opt level", "original ms", "fused ms", "fused/original", "parity"]))
