@@ -251,9 +251,16 @@ def _fuse_finish(args, loaded, skel) -> int:
 
 def cmd_inspect(args) -> int:
     from . import inspect as _inspect
+    from . import splice
 
     _need_file(args.input)
-    rep = _inspect(_load(args.input))
+    # Big single files: inspect the skeleton (weights left in the file), as fuse does.
+    skel = splice.open_skeleton(args.input) if splice.wanted(args.input) else None
+    if skel is not None:
+        with skel, skel.in_folder():
+            rep = _inspect(skel.loaded)
+    else:
+        rep = _inspect(_load(args.input))
     fusions = [_record(f) for f in rep.fusions]
     near = [_record(n) for n in rep.near_misses]
     if args.json:

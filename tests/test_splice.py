@@ -154,6 +154,23 @@ def test_cli_splice_equals_plain_path(tmp_path, monkeypatch, forced, target, var
         assert w.raw_data == o.raw_data and w.data_location == TensorProto.DEFAULT
 
 
+@pytest.mark.parametrize("variant", ["plain", "subgraph", "sparse"])
+def test_inspect_on_the_skeleton_equals_the_plain_path(tmp_path, monkeypatch, capsys, variant):
+    src = _save(_model(subgraph=variant == "subgraph", sparse=variant == "sparse"), tmp_path / "m.onnx")
+    outs = {}
+    for on in (True, False):
+        monkeypatch.setattr(splice, "MIN_FILE_BYTES", 0 if on else 1 << 62)
+        monkeypatch.setattr(splice, "STRIP_MIN_BYTES", STRIP)
+        calls = []
+        real = splice.open_skeleton
+        monkeypatch.setattr(splice, "open_skeleton", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+        assert cli.main(["inspect", src, "--json"]) == 0
+        assert [c is not None for c in calls] == ([True] if on else [])  # the skeleton path was (not) taken
+        outs[on] = capsys.readouterr().out
+    assert outs[True] == outs[False]
+    assert '"gelus": 0' not in outs[True]
+
+
 def test_spliced_output_runs_like_the_original(tmp_path, monkeypatch, forced):
     src = _save(_model(subgraph=True), tmp_path / "in.onnx")
     assert _fuse_cli(src, tmp_path / "out.onnx", monkeypatch) == 0
