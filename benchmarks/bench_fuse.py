@@ -373,6 +373,17 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write(doc: dict, json_path: str | None, md_path: str | None) -> None:
+    """The results as JSON and Markdown (each through a temp file + rename); prints the Markdown."""
+    text = markdown(doc)
+    for path, data in ((json_path, json.dumps(doc, indent=1)), (md_path, text)):
+        if path:
+            with open(path + ".tmp", "w") as f:
+                f.write(data)
+            os.replace(path + ".tmp", path)
+    print(text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="/tmp/gelu-bench", help="folder written by make_models.py")
@@ -395,16 +406,7 @@ def main(argv=None) -> int:
         with open(a.render) as f:
             doc = json.load(f)
         doc["notes"] = [*doc.get("notes", []), *a.note]
-        if a.note and a.json:
-            with open(a.json + ".tmp", "w") as f:
-                json.dump(doc, f, indent=1)
-            os.replace(a.json + ".tmp", a.json)
-        text = markdown(doc)
-        if a.md:
-            with open(a.md + ".tmp", "w") as f:
-                f.write(text)
-            os.replace(a.md + ".tmp", a.md)
-        print(text)
+        _write(doc, a.json if a.note else None, a.md)
         return 0
     models = os.path.abspath(a.models)
     which = set(a.which.split(","))
@@ -445,16 +447,7 @@ def main(argv=None) -> int:
         doc["synthetic"] = sorted([r for r in old.get("synthetic", []) if r["gelus"] not in have] + doc["synthetic"],
                                   key=lambda r: r["gelus"])
         doc["notes"] = [*old.get("notes", []), *doc["notes"]]
-    if a.json:
-        with open(a.json + ".tmp", "w") as f:
-            json.dump(doc, f, indent=1)
-        os.replace(a.json + ".tmp", a.json)
-    text = markdown(doc)
-    if a.md:
-        with open(a.md + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(a.md + ".tmp", a.md)
-    print(text)
+    _write(doc, a.json, a.md)
     return 0
 
 

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "check.h"
 #include "gelu_contract.h"
 #include "gelu_trt_core.h"
 
@@ -24,17 +25,6 @@ extern "C" int32_t gelu_onnx_trt_register_creators() noexcept;
 using namespace nvinfer1;
 
 namespace {
-
-int g_failures = 0;
-int g_checks = 0;
-#define CHECK(cond)                                                        \
-  do {                                                                     \
-    ++g_checks;                                                            \
-    if (!(cond)) {                                                         \
-      ++g_failures;                                                        \
-      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                      \
-  } while (0)
 
 struct Deleter {
   void operator()(IPluginV3* p) const { delete p; }
@@ -231,6 +221,5 @@ int main() {
       CHECK(reg->getCreator(c->getPluginName(), c->getPluginVersion(), c->getPluginNamespace()) == creators[i]);
     }
   }
-  std::printf("%d checks, %d failures\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return check_summary();
 }

@@ -14,24 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "gelu_contract.h"
 #include "gelu_trt_core.h"
 
 using namespace gelu_trt;
 
 namespace {
-
-int g_failures = 0;
-int g_checks = 0;
-
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    ++g_checks;                                                              \
-    if (!(cond)) {                                                           \
-      ++g_failures;                                                          \
-      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
-    }                                                                        \
-  } while (0)
 
 // An error whose message mentions `word` (so the user is told what is wrong).
 #define CHECK_ERR(status, word)                                                        \
@@ -470,6 +459,5 @@ int main(int argc, char** argv) {
 #if defined(GELU_TRT_CORE_TEST_WITH_KERNELS) && GELU_TRT_CORE_TEST_WITH_KERNELS
   test_dispatch_through_cpu_kernels();
 #endif
-  std::printf("%d checks, %d failures\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return check_summary();
 }
