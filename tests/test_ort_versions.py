@@ -69,7 +69,7 @@ def _install(version: str) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
                         "--target", str(tmp), f"onnxruntime=={version}", "numpy<2"],
-                       capture_output=True, text=True)
+                       check=False, capture_output=True, text=True)
     if r.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         lines = [line for line in (r.stderr or r.stdout).splitlines() if line.strip()]
@@ -115,13 +115,14 @@ def _cases(work: Path) -> dict:
             feeds = {"X": x}
             if bias:
                 feeds["B"] = rng.standard_normal(SHAPE[-1]).astype(npdt)
-            cases[name] = dict(op_type=op_type, form=form, kdt=kdt, alpha=alpha or contract.QUICK_GELU_ALPHA)
+            cases[name] = {"op_type": op_type, "form": form, "kdt": kdt,
+                           "alpha": alpha or contract.QUICK_GELU_ALPHA}
             (work / f"{name}.onnx").write_bytes(_model(op_type, odt, alpha))
             np.savez(work / f"{name}.in.npz", **feeds)
     x = rng.standard_normal((1, 4, 768)).astype(np.float32)
     for name, feeds in (("bad-bias", {"X": x, "B": np.ones(5, np.float32)}),
                         ("zero-size", {"X": np.zeros((1, 0, 768), np.float32), "B": np.ones(768, np.float32)})):
-        cases[name] = dict(op_type="BiasGeluErf")
+        cases[name] = {"op_type": "BiasGeluErf"}
         (work / f"{name}.onnx").write_bytes(_model("BiasGeluErf", TP.FLOAT, None))
         np.savez(work / f"{name}.in.npz", **feeds)
     (work / "cases.json").write_text(json.dumps(cases))
@@ -136,7 +137,7 @@ def test_library_in_older_onnxruntime(version, tmp_path):
     (tmp_path / "child.py").write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONNOUSERSITE": "1"}
     r = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(lib_path), str(tmp_path)],
-                       capture_output=True, text=True, env=env, timeout=600)
+                       check=False, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["version"] == version  # the child really ran the old release

@@ -1,0 +1,138 @@
+"""The CUDA kernels on a real device, through their C ABI (gelu_cuda_launch,
+ctypes) with torch for device memory and the stream. They must compute what
+the CPU kernels compute — the same scalar math (erf in the precise variant),
+explicit FMAs only — bit for bit, and so stay within tests/test_kernels.py's
+float64 bounds: every form x dtype, bias, unaligned pointers and odd lengths
+(the scalar paths beside the 128-bit ones), and a tensor of more than 2^31
+elements (64-bit indexing).
+
+Skips, saying why, without torch, without a CUDA device, or with a library
+built without CUDA. No GPU has been lent to this project's sessions so far:
+these tests have not run yet (DEVELOPERS.md, "GPU checks").
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from test_kernels import DTYPES, FORMS, check_f32, f32_sweep, run
+
+from gelu_onnx import contract, ortlib
+
+ALPHA = np.float32(contract.QUICK_GELU_ALPHA)
+GELU_ERR_NO_CUDA = 6
+INT_VIEW = {np.dtype(np.float32): np.int32, np.dtype(np.float16): np.int16, DTYPES["bfloat16"][1]: np.int16}
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return ortlib.kernel_library()
+
+
+@pytest.fixture(scope="module")
+def torch(lib):
+    torch = pytest.importorskip("torch", reason="the CUDA tests use torch for device memory")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (torch.cuda.is_available() is False)")
+    buf = torch.zeros(8, dtype=torch.float32, device="cuda")
+    rc = lib.gelu_cuda_launch(0, 0, buf.data_ptr(), None, 0, buf.data_ptr(), 8, 1.0, None)
+    if rc == GELU_ERR_NO_CUDA:
+        pytest.skip("the library was built without CUDA (no nvcc at build time)")
+    assert rc == 0
+    return torch
+
+
+@pytest.fixture
+def precise_cpu(lib):
+    """The CPU reference for bitwise comparisons: the CUDA erf is the precise variant."""
+    lib.gelu_cpu_erf_precise(1)
+    yield
+    lib.gelu_cpu_erf_precise(0)
+
+
+def to_device(torch, a):
+    return torch.from_numpy(np.ascontiguousarray(a).view(INT_VIEW[a.dtype])).cuda()
+
+
+def cuda_run(lib, torch, form, x, bias=None, alpha=ALPHA, offset=0):
+    """GELU of x[offset:] on the device (offset shifts both pointers off 16-byte alignment)."""
+    dt = {np.dtype(v[1]): v[0] for v in DTYPES.values()}[x.dtype]
+    xd = to_device(torch, x)
+    yd = torch.zeros_like(xd)
+    bd = None if bias is None else to_device(torch, bias)
+    es = x.dtype.itemsize
+    n = x.size - offset
+    rc = lib.gelu_cuda_launch(FORMS[form], dt, xd.data_ptr() + offset * es, None if bd is None else bd.data_ptr(),
+                              0 if bd is None else bias.size, yd.data_ptr() + offset * es, n, float(alpha),
+                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    assert rc == 0, f"gelu_cuda_launch returned {rc}"
+    torch.cuda.synchronize()
+    return yd.cpu().numpy().view(x.dtype)[offset:]
+
+
+def same_bits(a, b):
+    """Bit for bit, except that NaNs only need to be NaN in both (payloads are
+    the hardware's: x86 propagates the input's, CUDA makes a canonical one)."""
+    na, nb = np.isnan(a.astype(np.float32)), np.isnan(b.astype(np.float32))
+    ia, ib = a.view(INT_VIEW[a.dtype]), b.view(INT_VIEW[b.dtype])
+    return np.array_equal(na, nb) and np.array_equal(ia[~na], ib[~nb])
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_cuda_float32_matches_cpu_and_float64(lib, torch, precise_cpu, form):
+    x = f32_sweep(257)
+    y = cuda_run(lib, torch, form, x)
+    check_f32(form, x, y, "erf-precise" if form == "erf" else form)
+    assert same_bits(y, run(lib, form, x)), "CUDA and CPU results differ"
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cuda_half_types_exhaustive(lib, torch, precise_cpu, form, dtype):
+    """All 65536 inputs, bit for bit the CPU result (which is within 1 ulp of the correctly rounded one)."""
+    x = np.arange(65536, dtype=np.uint16).view(DTYPES[dtype][1])
+    assert same_bits(cuda_run(lib, torch, form, x), run(lib, form, x))
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_cuda_bias_offsets_and_tails(lib, torch, precise_cpu, dtype):
+    """Bias rows, pointers 0-7 elements off alignment, lengths that leave a tail."""
+    npdt = DTYPES[dtype][1]
+    rng = np.random.default_rng(5)
+    for form in FORMS:
+        for bias_len, rows in ((768, 7), (37, 11), (1, 5), (4096, 3)):
+            x = (rng.standard_normal(bias_len * rows) * 3).astype(npdt)
+            b = rng.standard_normal(bias_len).astype(npdt)
+            assert same_bits(cuda_run(lib, torch, form, x, b), run(lib, form, x, b)), (form, bias_len)
+        for offset in range(8):
+            x = (rng.standard_normal(4099 + offset) * 3).astype(npdt)
+            want = run(lib, form, np.ascontiguousarray(x[offset:]))
+            assert same_bits(cuda_run(lib, torch, form, x, offset=offset), want), (form, offset)
+
+
+def test_cuda_more_than_2_31_elements(lib, torch, precise_cpu):
+    """fp16, 2^31 + 1024 elements (4 GiB per tensor), with a bias row of 1024:
+    the elements around 2^31 and at the end are computed, and correctly."""
+    n = 2**31 + 1024
+    free, _ = torch.cuda.mem_get_info()
+    if free < 2 * 2 * n + (2 << 30):
+        pytest.skip(f"needs ~10 GiB of free device memory, {free / 2**30:.1f} GiB free")
+    rng = np.random.default_rng(3)
+    pattern = (rng.standard_normal(1 << 20) * 3).astype(np.float16)
+    bias = rng.standard_normal(1024).astype(np.float16)
+    src = to_device(torch, pattern)
+    xd = src.repeat(n // src.numel() + 1)[:n].contiguous()
+    yd = torch.full_like(xd, 0x7E00)  # NaN: an element left unwritten cannot pass
+    bd = to_device(torch, bias)
+    for form in FORMS:
+        rc = lib.gelu_cuda_launch(FORMS[form], 1, xd.data_ptr(), bd.data_ptr(), 1024, yd.data_ptr(), n,
+                                  float(ALPHA), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        assert rc == 0
+        torch.cuda.synchronize()
+        for start in (0, 2**31 - 4096, n - 8192):
+            stop = start + 8192
+            x = xd[start:stop].cpu().numpy().view(np.float16)
+            y = yd[start:stop].cpu().numpy().view(np.float16)
+            # bias is indexed by the global element index: start is a multiple of 1024
+            assert same_bits(y, run(lib, form, x, bias)), (form, start)
