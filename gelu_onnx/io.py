@@ -880,6 +880,30 @@ def _externalize(model: onnx.ModelProto, fd: int, location: str) -> int:
     return count
 
 
+def check_output_path(out_path, input_path=None, overwrite_input: bool = False) -> tuple[str, str, str]:
+    """The checks every model writer makes on its output path: a real path
+    (no NUL), in an existing folder, not a directory, and not the input model
+    unless ``overwrite_input``. Returns (path as shown in messages, absolute
+    path, its folder)."""
+    try:
+        shown = os.fspath(out_path)
+    except TypeError:
+        raise InputError(f"expected an output path, got {type(out_path).__name__}") from None
+    where = _one_line(str(shown))
+    if not shown or "\x00" in str(shown):
+        raise InputError(f"{where!r}: not a valid output path")
+    out = os.path.abspath(shown)
+    out_dir = os.path.dirname(out)
+    if not os.path.isdir(out_dir):
+        raise InputError(f"{where}: output folder {out_dir} does not exist")
+    if os.path.isdir(out):
+        raise InputError(f"{where}: is a directory; give an output file name")
+    if input_path is not None and _same_file(out, input_path) and not overwrite_input:
+        raise InputError(f"{where}: refusing to overwrite the input model; choose another "
+                         "output path (or request in-place explicitly)")
+    return where, out, out_dir
+
+
 def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None = None,
                source_dir=None, input_path=None, overwrite_input: bool = False,
                max_proto_bytes: int = MAX_PROTO_BYTES) -> SavedModel:
@@ -900,23 +924,8 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
         source_dir = source_dir if source_dir is not None else source.base_dir
         input_path = input_path if input_path is not None else source.path
         protected.update(source.external_files)
-    try:
-        shown = os.fspath(out_path)
-    except TypeError:
-        raise InputError(f"expected an output path, got {type(out_path).__name__}") from None
-    where = _one_line(str(shown))
-    if not shown or "\x00" in str(shown):
-        raise InputError(f"{where!r}: not a valid output path")
-    out = os.path.abspath(shown)
-    out_dir = os.path.dirname(out)
-    if not os.path.isdir(out_dir):
-        raise InputError(f"{where}: output folder {out_dir} does not exist")
-    if os.path.isdir(out):
-        raise InputError(f"{where}: is a directory; give an output file name")
+    where, out, out_dir = check_output_path(out_path, input_path, overwrite_input)
     real_dir = os.path.realpath(out_dir)
-    if input_path is not None and _same_file(out, input_path) and not overwrite_input:
-        raise InputError(f"{where}: refusing to overwrite the input model; choose another "
-                         "output path (or request in-place explicitly)")
     for p in protected:
         if _same_file(out, p):
             raise InputError(f"{where}: refusing to overwrite {p}, an external data file "

@@ -220,16 +220,7 @@ class Skeleton:
     def save(self, model: ModelProto, out_path, *, overwrite_input: bool = False) -> io.SavedModel:
         """Write ``model`` (the fused skeleton) with every placeholder replaced by
         the input's original initializer bytes; temp file + rename."""
-        shown = str(os.fspath(out_path))
-        out = os.path.abspath(shown)
-        out_dir = os.path.dirname(out)
-        if not os.path.isdir(out_dir):
-            raise InputError(f"{shown}: output folder {out_dir} does not exist")
-        if os.path.isdir(out):
-            raise InputError(f"{shown}: is a directory; give an output file name")
-        if os.path.exists(out) and os.path.samefile(out, self.path) and not overwrite_input:
-            raise InputError(f"{shown}: refusing to overwrite the input model; choose another "
-                             "output path (or request in-place explicitly)")
+        shown, out, out_dir = io.check_output_path(out_path, self.path, overwrite_input)
         pieces, total = self._pieces(model)
         if total > io.MAX_PROTO_BYTES:
             raise UnsupportedError(f"{shown}: the fused model would be over 2 GB in one file")
