@@ -156,15 +156,20 @@ def _checker(model_or_path, shown) -> None:
                             "(a bug: please report)") from e
 
 
-def cmd_fuse(args) -> int:
+def _skeleton(path):
+    """Big single-file models are read as a skeleton whose weights stay in the
+    file (gelu_onnx/splice.py); None for any other model (then io.load_model)."""
     from . import splice
 
+    return splice.open_skeleton(path) if splice.wanted(path) else None
+
+
+def cmd_fuse(args) -> int:
     _need_file(args.input)
     if _same_file(args.input, args.output) and not args.overwrite_input:
         raise InputError(f"{args.output} is the input file; refusing to overwrite it (pass --overwrite-input)")
-    # Big single-file models: fuse a skeleton whose weights stay in the input
-    # file and are copied to the output byte for byte (gelu_onnx/splice.py).
-    skel = splice.open_skeleton(args.input) if splice.wanted(args.input) else None
+    # The skeleton's weights are copied to the output byte for byte.
+    skel = _skeleton(args.input)
     if skel is not None:
         with skel:
             return _fuse_finish(args, skel.loaded, skel)
@@ -251,11 +256,9 @@ def _fuse_finish(args, loaded, skel) -> int:
 
 def cmd_inspect(args) -> int:
     from . import inspect as _inspect
-    from . import splice
 
     _need_file(args.input)
-    # Big single files: inspect the skeleton (weights left in the file), as fuse does.
-    skel = splice.open_skeleton(args.input) if splice.wanted(args.input) else None
+    skel = _skeleton(args.input)
     if skel is not None:
         with skel, skel.in_folder():
             rep = _inspect(skel.loaded)
