@@ -23,7 +23,7 @@ import onnx
 import onnxruntime as ort
 
 import gelu_onnx
-from gelu_onnx import bench, contract, ortlib
+from gelu_onnx import bench, contract, ortlib, parity
 
 # Single-op GELUs whose kernel time the profiler pass sums: ORT's own fusions'
 # and ours.
@@ -65,10 +65,7 @@ def gelu_kernel_ms(path: Path, level: str, library: bool, threads: int, seq: int
     isolates the GELU kernels. Returns (gelu_ms, all_nodes_ms, gelu op types)."""
     import numpy as np
 
-    so = ortlib.session_options() if library else ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.graph_optimization_level = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                                   "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    so = parity.make_session_options(library, level, threads)  # what bench.bench times with
     so.enable_profiling = True
     so.profile_file_prefix = str(path.with_suffix(f".{level}.profile"))
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
