@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper
+from test_kernels import check_f32, reference, run
 
 from gelu_onnx import contract, ortlib
 
 VERSIONS = {"1.16.3": 16, "1.17.3": 17}  # release -> the API version the library must negotiate
-FORM_ID = {"erf": 0, "tanh": 1, "sigmoid": 2}
-DTYPES = {"f32": (TP.FLOAT, np.float32, 0), "f16": (TP.FLOAT16, np.float16, 1)}
+DTYPES = {"f32": (TP.FLOAT, np.float32), "f16": (TP.FLOAT16, np.float16)}
 SHAPE = (2, 64, 768)  # 98 304 elements: more than one 16Ki work chunk, so the pools split it
 CACHE = Path(os.environ.get("GELU_ONNX_TEST_CACHE", Path.home() / ".cache" / "gelu_onnx_tests"))
 
@@ -93,30 +93,19 @@ def _model(op_type: str, onnx_dtype: int, alpha: float | None) -> bytes:
         helper.make_opsetid("", 17), helper.make_opsetid(contract.DOMAIN, contract.OPSET_VERSION)]).SerializeToString()
 
 
-def _reference(form: str, v: np.ndarray, alpha: float) -> np.ndarray:
-    from scipy import special
-    v = v.astype(np.float64)
-    if form == "erf":
-        return v * 0.5 * special.erfc(-v / np.sqrt(2.0))
-    if form == "tanh":
-        return v * special.expit(2 * np.sqrt(2 / np.pi) * (v + contract.TANH_CUBIC_COEFF * v**3))
-    return v * special.expit(np.float64(np.float32(alpha)) * v)
-
-
 def _cases(work: Path) -> dict:
     """Every op type x f32/f16 on SHAPE, plus a bias of the wrong length and a zero-size input."""
     rng = np.random.default_rng(7)
     cases = {}
     for op_type, (form, bias) in contract.FORM_OF_OP_TYPE.items():
-        alpha = 1.702 if form == "sigmoid" else None
-        for dname, (odt, npdt, kdt) in DTYPES.items():
+        alpha = contract.QUICK_GELU_ALPHA if form == "sigmoid" else None
+        for dname, (odt, npdt) in DTYPES.items():
             name = f"{op_type}-{dname}"
             x = (rng.standard_normal(SHAPE) * 3).astype(npdt)
             feeds = {"X": x}
             if bias:
                 feeds["B"] = rng.standard_normal(SHAPE[-1]).astype(npdt)
-            cases[name] = {"op_type": op_type, "form": form, "kdt": kdt,
-                           "alpha": alpha or contract.QUICK_GELU_ALPHA}
+            cases[name] = {"op_type": op_type, "form": form}
             (work / f"{name}.onnx").write_bytes(_model(op_type, odt, alpha))
             np.savez(work / f"{name}.in.npz", **feeds)
     x = rng.standard_normal((1, 4, 768)).astype(np.float32)
@@ -145,32 +134,25 @@ def test_library_in_older_onnxruntime(version, tmp_path):
     res = out["results"]
 
     lib = ortlib.kernel_library()
-    # ulp bounds of tests/test_kernels.py: fp32 erf 6.5; tanh/sigmoid 3 (1 + |t|) (t: the argument
-    # of tanh/sigmoid; its own float rounding is amplified by their slope); fp16 1 ulp.
     for name, case in cases.items():
         if name in ("bad-bias", "zero-size"):
             continue
         assert res[name]["ok"], f"{name}: {res[name].get('error')}"
         feeds = dict(np.load(tmp_path / f"{name}.in.npz"))
         y = np.load(tmp_path / f"{name}.out.npy")
-        x = feeds["X"]
-        want = np.empty_like(x)
-        b = feeds.get("B")
-        rc = lib.gelu_cpu_range(FORM_ID[case["form"]], case["kdt"], x.ctypes.data,
-                                None if b is None else b.ctypes.data, 0 if b is None else b.size,
-                                want.ctypes.data, 0, x.size, float(case["alpha"]))
-        assert rc == 0
+        x, b = feeds["X"], feeds.get("B")
+        want = run(lib, case["form"], x, b)
         assert y.dtype == x.dtype and y.shape == x.shape
         assert np.array_equal(y.view(np.uint16 if x.dtype == np.float16 else np.uint32),
                               want.view(np.uint16 if x.dtype == np.float16 else np.uint32)), name
-        v = x.astype(np.float32) + (0 if b is None else b.astype(np.float32))
-        ref = _reference(case["form"], v, case["alpha"])
-        ulp = np.spacing(np.abs(ref).astype(x.dtype)).astype(np.float64)
-        err = np.abs(y.astype(np.float64) - ref) / ulp
-        t = (2 * np.sqrt(2 / np.pi) * (v + contract.TANH_CUBIC_COEFF * v.astype(np.float64) ** 3)
-             if case["form"] == "tanh" else case["alpha"] * v)
-        limit = 1.0 if case["kdt"] == 1 else 6.5 if case["form"] == "erf" else 3.0 * (1 + np.abs(t))
-        assert (err <= limit).all(), f"{name}: {err.max():.2f} ulp"
+        # and within tests/test_kernels.py's float64 bounds
+        v = (x.astype(np.float32) + (0 if b is None else b.astype(np.float32))).ravel()
+        if x.dtype == np.float32:
+            check_f32(case["form"], v, y.ravel())
+        else:  # fp16: within 1 ulp of the float64 reference
+            ref = reference(case["form"], v)
+            err = np.abs(y.ravel().astype(np.float64) - ref) / np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64)
+            assert (err <= 1.0).all(), f"{name}: {err.max():.2f} ulp"
         if VERSIONS[version] >= 17:  # output shape inference keeps the symbolic dims
             assert res[name]["declared"] == ["A", "B", "H"], res[name]
     assert not res["bad-bias"]["ok"]
