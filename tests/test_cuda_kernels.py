@@ -55,19 +55,24 @@ def to_device(torch, a):
     return torch.from_numpy(np.ascontiguousarray(a).view(INT_VIEW[a.dtype])).cuda()
 
 
+def launch(lib, torch, form, dtype, x_ptr, bias, y_ptr, n, alpha=ALPHA):
+    """gelu_cuda_launch on torch's current stream, then wait for it (bias: a device tensor or None)."""
+    dt = {np.dtype(v[1]): v[0] for v in DTYPES.values()}[np.dtype(dtype)]
+    rc = lib.gelu_cuda_launch(FORMS[form], dt, x_ptr, None if bias is None else bias.data_ptr(),
+                              0 if bias is None else bias.numel(), y_ptr, n, float(alpha),
+                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    assert rc == 0, f"gelu_cuda_launch returned {rc}"
+    torch.cuda.synchronize()
+
+
 def cuda_run(lib, torch, form, x, bias=None, alpha=ALPHA, offset=0):
     """GELU of x[offset:] on the device (offset shifts both pointers off 16-byte alignment)."""
-    dt = {np.dtype(v[1]): v[0] for v in DTYPES.values()}[x.dtype]
     xd = to_device(torch, x)
     yd = torch.zeros_like(xd)
     bd = None if bias is None else to_device(torch, bias)
     es = x.dtype.itemsize
-    n = x.size - offset
-    rc = lib.gelu_cuda_launch(FORMS[form], dt, xd.data_ptr() + offset * es, None if bd is None else bd.data_ptr(),
-                              0 if bd is None else bias.size, yd.data_ptr() + offset * es, n, float(alpha),
-                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-    assert rc == 0, f"gelu_cuda_launch returned {rc}"
-    torch.cuda.synchronize()
+    launch(lib, torch, form, x.dtype, xd.data_ptr() + offset * es, bd, yd.data_ptr() + offset * es,
+           x.size - offset, alpha)
     return yd.cpu().numpy().view(x.dtype)[offset:]
 
 
@@ -126,10 +131,7 @@ def test_cuda_more_than_2_31_elements(lib, torch, precise_cpu):
     yd = torch.full_like(xd, 0x7E00)  # NaN: an element left unwritten cannot pass
     bd = to_device(torch, bias)
     for form in FORMS:
-        rc = lib.gelu_cuda_launch(FORMS[form], 1, xd.data_ptr(), bd.data_ptr(), 1024, yd.data_ptr(), n,
-                                  float(ALPHA), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-        assert rc == 0
-        torch.cuda.synchronize()
+        launch(lib, torch, form, np.float16, xd.data_ptr(), bd, yd.data_ptr(), n)
         for start in (0, 2**31 - 4096, n - 8192):
             stop = start + 8192
             x = xd[start:stop].cpu().numpy().view(np.float16)
