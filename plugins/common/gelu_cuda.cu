@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "gelu_cuda_args.h"
 #include "gelu_kernels.h"
 #include "gelu_simd_scalar.h"
 
@@ -97,12 +98,9 @@ cudaError_t dispatch_dtype(gelu_dtype_t dt, const void* x, const void* b, int64_
 extern "C" gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, const void* x,
                                           const void* bias, int64_t bias_len, void* y, int64_t n,
                                           float alpha, void* stream) {
-  if (form < GELU_FORM_ERF || form > GELU_FORM_SIGMOID) return GELU_ERR_BAD_FORM;
-  if (dtype < GELU_DTYPE_F32 || dtype > GELU_DTYPE_BF16) return GELU_ERR_BAD_DTYPE;
-  if (n < 0) return GELU_ERR_BAD_ARG;
-  if (bias && (bias_len <= 0 || n % bias_len != 0)) return GELU_ERR_BAD_BIAS;
-  if (n == 0) return GELU_OK;
-  if (!x || !y) return GELU_ERR_BAD_ARG;
+  bool empty;
+  const gelu_status_t st = gelu_cuda_check_args(form, dtype, x, bias, bias_len, y, n, &empty);
+  if (st != GELU_OK || empty) return st;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaError_t err;
   if (form == GELU_FORM_ERF) err = dispatch_dtype<GELU_FORM_ERF>(dtype, x, bias, bias_len, y, n, alpha, s);
