@@ -13,6 +13,8 @@ This is the measurement behind DEVELOPERS.md's "why the default erf mode is
 not <= 2 ulp": P and Q alone cost up to ~3.5 u each, and even a correctly
 rounded s followed by y = x * s reaches 2 ulp, so <= 2 ulp needs the tail and
 the final product in extended precision (the `precise` mode, double).
+Last, the polynomial degree the table-driven alternative would need on each of
+its 8 intervals (the design scripts/erf_table_probe.cpp times).
 Coefficients are read from plugins/common/gelu_erf_coeffs.h (one source).
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+from numpy.polynomial import chebyshev
 from scipy import special
 
 F32 = np.float32
@@ -59,6 +62,22 @@ def stat(name, rel):
     print(f"  {name:28s} max {v.max():5.2f} u   p99 {np.quantile(v, 0.99):5.2f} u")
 
 
+# The 8 intervals of |x| that scripts/erf_table_probe.cpp indexes by the
+# exponent and top mantissa bit of |x| + 1.
+TABLE_EDGES = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 7.0, 11.0, 15.0)
+
+
+def table_degree(lo: float, hi: float, goal_u: float = 0.1) -> int:
+    """Lowest polynomial degree that fits ln R on [lo, hi] to goal_u (absolute error in
+    ln R is relative error in y); least squares on Chebyshev points, near-minimax."""
+    t = np.cos(np.linspace(0, np.pi, 2001))
+    f = np.log(special.erfcx(((lo + hi) / 2 + (hi - lo) / 2 * t) / np.sqrt(2)) / 2)
+    for deg in range(2, 20):
+        if np.abs(chebyshev.chebval(t, chebyshev.chebfit(t, f, deg)) - f).max() <= goal_u * U:
+            return deg
+    raise RuntimeError(f"no degree below 20 fits [{lo}, {hi}]")
+
+
 def main() -> None:
     P, Q = coefficients()
     bits = np.arange(0, 2**31, 97, dtype=np.uint64).astype(np.uint32) | np.uint32(0x80000000)
@@ -89,6 +108,9 @@ def main() -> None:
         print(f"  {name:34s} {ulps(x * s):5.2f}")
     print(f"  {'s = Phi(-|x|) correctly rounded':34s} {ulps(x * (R * E).astype(F32)):5.2f}"
           "   <- the floor of 'round s, then multiply'")
+    print("table design (scripts/erf_table_probe.cpp): degree for ln R to 0.1 u per interval:")
+    print("  " + "  ".join(f"[{lo:g},{hi:g}): {table_degree(lo, hi)}"
+                           for lo, hi in zip(TABLE_EDGES, TABLE_EDGES[1:])))
 
 
 if __name__ == "__main__":
