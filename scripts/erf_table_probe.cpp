@@ -11,8 +11,9 @@
 // degree-DEG polynomial added into the exp's reduced argument, and the last
 // product carried as a float pair (th + tl) so only the final add rounds at
 // full weight. Fitting ln R to 0.1 u on these intervals needs degree 5-7
-// (scripts/erf_error_budget.py prints them). Each coefficient is one lookup per vector: `vpermps` (8
-// entries); the `none` rows skip the lookups (a lower bound on any lookup).
+// (scripts/erf_error_budget.py prints them). Each coefficient is one lookup
+// per vector: `vpermps` (8 entries); the `none` rows skip the lookups (a
+// lower bound on any lookup).
 // Single thread, 393 216 N(0, 2) floats, best of 200 passes, same process.
 #include <algorithm>
 #include <chrono>
@@ -31,26 +32,19 @@ template <int DEG, bool LOOKUP>
 __attribute__((always_inline)) inline vf erf_table(vf x, const Tables& T) {
   const auto look = [](vf tab, __m256i i) { return LOOKUP ? _mm256_permutevar8x32_ps(tab, i) : tab; };
   const vf ax = vabs(x);
-  // The exp part as in gelu_erf_core: -x^2/2 split exactly, 2^k e^r.
-  const vf axh = vmul(ax, vset(-0.5f));
-  const vf a = vmul(ax, axh);
-  const vf al = vfms(ax, axh, a);
-  const vf j = vfma(a, vset(GELU_LOG2E), vset(GELU_MAGIC));
-  const vf kf = vsub(j, vset(GELU_MAGIC));
-  const vf r1 = vfma(kf, vset(-GELU_LN2_HI), a);
-  const vf lo = vfma(kf, vset(-GELU_LN2_LO), al);
+  const GeluExpHalfSq e = gelu_exp_neg_half_sq(ax);  // the exp part of gelu_erf_core
   // Interval index: exponent and top mantissa bit of a + 1 (vpermps reads the low 3 bits).
   const __m256i idx = _mm256_srli_epi32(_mm256_castps_si256(vadd(ax, vset(1.0f))), 22);
   const vf t = vsub(ax, look(T.centre, idx));
   vf p = look(T.coef[DEG], idx);
   for (int d = DEG - 1; d >= 0; --d) p = vfma(p, t, look(T.coef[d], idx));
-  const vf em1 = gelu_expm1_red(vadd(r1, vadd(lo, p)));  // (needs one degree more for |r| <= 0.5)
+  const vf em1 = gelu_expm1_red(vadd(e.r_hi, vadd(e.r_lo, p)));  // (needs one degree more for |r| <= 0.5)
   // y = -a*C*(1 + em1)*2^k as th + tl: only th + (th*em1 + tl) rounds at full weight.
   const vf nax = vnegabs(x);
   const vf c = look(T.scale, idx);
   const vf th = vmul(nax, c);
   const vf tl = vfms(nax, c, th);
-  const vf g = vldexp_j(vadd(th, vfma(th, em1, tl)), j);
+  const vf g = vldexp_j(vadd(th, vfma(th, em1, tl)), e.j);
   vf y = vsel_sign(x, g, vadd(x, g));
   const vm wide = vnonneg_gt(ax, GELU_ERF_FAST_X);
   if (vany(wide)) y = vsel(wide, gelu_erf_wide<false>(x, ax), y);

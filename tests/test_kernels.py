@@ -42,17 +42,24 @@ def lib():
     return ortlib.kernel_library()
 
 
-def cpu_paths():
-    """CPU paths to test: scalar always, vector paths when this CPU has them."""
-    flags = ""
+# CPU features each vector path is built for (plugins/common/gelu_cpu.cpp's dispatch).
+ISA_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512dq", "avx512vl"}}
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((l for l in f if l.startswith("flags")), "")
+            return set(next((l for l in f if l.startswith("flags")), "").split())
     except OSError:
-        pass
-    have = set(flags.split())
+        return set()
+
+
+def cpu_paths():
+    """CPU paths to test: scalar always, vector paths when this CPU has them."""
+    have = cpu_flags()
     out = [pytest.param("scalar")]
-    for isa, need in (("avx2", {"avx2", "fma", "f16c"}), ("avx512", {"avx512f", "avx512bw", "avx512dq", "avx512vl"})):
+    for isa, need in ISA_FLAGS.items():
         marks = [] if need <= have else [pytest.mark.skip(reason=f"this CPU lacks {sorted(need - have)}")]
         out.append(pytest.param(isa, marks=marks))
     return out

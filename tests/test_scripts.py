@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_kernels import ULP_BOUND
+from test_kernels import ISA_FLAGS, ULP_BOUND, cpu_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,9 +42,9 @@ def test_erf_table_probe_builds_and_runs(tmp_path):
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.is_file() or " avx2" not in cpuinfo.read_text():
-        pytest.skip("the probe times AVX2 kernels and this CPU has no AVX2")
+    missing = ISA_FLAGS["avx2"] - cpu_flags()
+    if missing:
+        pytest.skip(f"the probe times the AVX2 kernels and this CPU lacks {sorted(missing)}")
     exe = tmp_path / "erf_table_probe"
     cmd = [cxx, "-O2", "-std=c++17", "-mavx2", "-mfma", "-mf16c", "-Wall", "-Wextra", "-Werror",
            f"-I{REPO / 'plugins' / 'common'}", str(REPO / "scripts" / "erf_table_probe.cpp"), "-o", str(exe)]  # fmt: skip
