@@ -145,7 +145,10 @@ def _upgrade_for_standard(model: ModelProto, notes: list[str]) -> ModelProto:
             for n in g.node:
                 if n.op_type == "Identity" and n.output and n.output[0] in parked:
                     n.CopyFrom(parked[n.output[0]])
-    upgraded.ir_version = max(min(upgraded.ir_version, C.MAX_IR_VERSION), model.ir_version)
+    from .io import lowest_ir_version
+
+    upgraded.ir_version = max(min(upgraded.ir_version, lowest_ir_version(upgraded) or upgraded.ir_version),
+                              model.ir_version)
     notes.append(
         f"upgraded the default opset {old} -> {C.STANDARD_GELU_OPSET} with onnx.version_converter "
         f"(checked with onnx.checker); verify parity with `gelu-onnx check`"

@@ -180,24 +180,27 @@ def _fuse_finish(args, loaded, skel) -> int:
     import onnx
 
     from . import fuse_with_report, io
-    from .contract import MAX_IR_VERSION
-    from .io import clamp_ir_version
+    from .io import lower_ir_version
 
     # splice: the skeleton's placeholders resolve against the input's folder
     with skel.in_folder() if skel is not None else contextlib.nullcontext():
         # in place: the CLI owns this freshly loaded copy; the file is untouched
         res = fuse_with_report(loaded, target=args.target, inplace=True)
     out = res.model
-    # The promise: every written model passes onnx.checker and loads in
-    # onnxruntime 1.31 (IR <= 13). onnx >= 1.23 stamps IR 14 on everything it
-    # writes: lower it when the model uses nothing newer.
+    # Write the lowest IR version the model needs (onnx >= 1.23 stamps 14 on
+    # everything), so older runtimes load it too; what a model really needs
+    # beyond that must load in the installed onnxruntime (asked, not assumed).
     notes = list(res.notes)
-    if out.ir_version > MAX_IR_VERSION:
-        old = out.ir_version
-        if not clamp_ir_version(out, MAX_IR_VERSION):
-            raise UnsupportedError(f"{args.input}: the model needs IR version {old} features; "
-                                   f"onnxruntime 1.31 loads IR <= {MAX_IR_VERSION}")
-        notes.append(f"IR version lowered from {old} to {out.ir_version} (onnxruntime 1.31 loads <= {MAX_IR_VERSION})")
+    old = lower_ir_version(out)
+    if old is not None:
+        notes.append(f"IR version lowered from {old} to {out.ir_version} (the lowest this model needs)")
+    if out.ir_version > io.IR_FLOOR:
+        from . import ortinfo
+
+        if out.ir_version > ortinfo.max_ir_version():
+            raise UnsupportedError(f"{args.input}: the model needs IR version {out.ir_version} features; "
+                                   f"the installed onnxruntime {ortinfo.version()} loads IR <= "
+                                   f"{ortinfo.max_ir_version()}")
     # The checker resolves external data relative to the model file (and takes
     # > 2 GiB only as a file): check those after writing, the rest before.
     # (not ByteSize(): upb computes it by serializing the whole model)

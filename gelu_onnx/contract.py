@@ -86,8 +86,6 @@ PARITY_TOLERANCE = {
     "bfloat16": {"rtol": 1.6e-2, "atol": 1.6e-2},
 }
 
-# Highest IR version onnxruntime 1.31 loads (onnx >= 1.23 writes 14).
-MAX_IR_VERSION = 13
 # Model-local functions need IR >= 8.
 MIN_IR_FOR_FUNCTIONS = 8
 # ONNX Gelu (approximate none|tanh) exists from opset 20.

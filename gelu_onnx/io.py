@@ -12,7 +12,8 @@ folder, a regular file large enough for the tensor).  Every refusal is one
 Passed through on purpose (legal ONNX that the fuse pass leaves alone): ops in
 any declared non-ONNX domain (``com.microsoft``, custom domains), nodes that
 are acyclic but not topologically ordered (ONNX Runtime sorts them itself),
-subgraphs that read outer-scope names, IR 14 models (see ``clamp_ir_version``).
+subgraphs that read outer-scope names, IR versions newer than a runtime loads
+(see ``lower_ir_version``).
 
 Writing (``save_model``) goes to a temporary file in the target folder and is
 ``os.replace``d into place; on any failure the temporaries are removed.  The
@@ -41,7 +42,6 @@ import onnx
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto
 
-from .contract import MAX_IR_VERSION
 from .errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
 
 # Protobuf cannot serialize or parse a message of 2 GiB or more.
@@ -768,18 +768,28 @@ def required_ir_version(model: onnx.ModelProto) -> int | None:
     return max(3, *need)
 
 
-def clamp_ir_version(model: onnx.ModelProto, max_ir: int = MAX_IR_VERSION) -> bool:
-    """Lower model.ir_version to ``max_ir`` (in place) when the model uses no
-    feature newer than that; True if it was lowered.  onnx 1.23 stamps IR 14
-    while onnxruntime 1.31 loads at most 13.  Only targets >= 11 are
-    supported (IR 10's function overloads / metadata are not checked)."""
-    if model.ir_version <= max_ir or max_ir < 11:
-        return False
+# required_ir_version checks every feature added from IR 11 on (IR 10's
+# function overloads and metadata are not checked), so models are never
+# lowered below it.
+IR_FLOOR = 11
+
+
+def lowest_ir_version(model: onnx.ModelProto) -> int | None:
+    """The lowest IR version ``model`` can be written with (at least
+    ``IR_FLOOR``); None when one of its opsets is unknown to this onnx."""
     need = required_ir_version(model)
-    if need is None or need > max_ir:
-        return False
-    model.ir_version = max_ir
-    return True
+    return None if need is None else max(need, IR_FLOOR)
+
+
+def lower_ir_version(model: onnx.ModelProto) -> int | None:
+    """Lower model.ir_version (in place) to the lowest the model needs, so
+    older runtimes load it too (onnx >= 1.23 stamps IR 14 on what it writes);
+    returns the old version when lowered, else None.  Never raises it."""
+    low = lowest_ir_version(model)
+    if low is None or model.ir_version <= low:
+        return None
+    old, model.ir_version = model.ir_version, low
+    return old
 
 
 # --------------------------------------------------------------------------

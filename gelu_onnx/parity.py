@@ -388,11 +388,14 @@ class _ModelSource:
 
 
 def _load_failure(src: _ModelSource, e: BaseException):
+    from . import ortinfo
+
     ir = src.proto.ir_version
-    if ir > contract.MAX_IR_VERSION:
+    if ir > ortinfo.max_ir_version():  # the session failed: say why in one line
         return UnsupportedError(
-            f"the {src.label} model has IR version {ir}; onnxruntime 1.31 loads IR <= {contract.MAX_IR_VERSION} "
-            f"(onnx >= 1.23 writes {ir} by default: set model.ir_version = 10 before saving)"
+            f"the {src.label} model has IR version {ir}; the installed onnxruntime {ortinfo.version()} "
+            f"loads IR <= {ortinfo.max_ir_version()} (gelu-onnx fuse writes the lowest IR a model needs; "
+            f"or upgrade onnxruntime)"
         )
     msg = _first_line(e)
     if "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg:

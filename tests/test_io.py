@@ -21,7 +21,6 @@ from onnx import TensorProto, helper, numpy_helper
 from scipy.special import erf
 
 from gelu_onnx import io
-from gelu_onnx.contract import MAX_IR_VERSION
 from gelu_onnx.errors import InputError, UnsafeModelError
 
 _spec = importlib.util.spec_from_file_location("_hostile_corpus", Path(__file__).with_name("test_hostile.py"))
@@ -295,19 +294,21 @@ def test_tensor_array_reads_only_validated_external(ext_model):
 # --- IR version ----------------------------------------------------------------
 
 
-def test_clamp_ir_version():
+def test_lower_ir_version():
     m = ffn_model(ir=14)
-    assert io.clamp_ir_version(m) and m.ir_version == MAX_IR_VERSION
+    assert io.lower_ir_version(m) == 14 and m.ir_version == io.IR_FLOOR == io.lowest_ir_version(m)
     run(m.SerializeToString(), X[:, :16])
-    assert not io.clamp_ir_version(m)  # already low enough
+    assert io.lower_ir_version(m) is None  # already the lowest
+    old = ffn_model(ir=8)
+    assert io.lower_ir_version(old) is None and old.ir_version == 8  # never raised
     new_opset = ffn_model(ir=14)
     new_opset.opset_import[0].version = 28  # needs IR 14
-    assert not io.clamp_ir_version(new_opset) and new_opset.ir_version == 14
+    assert io.lower_ir_version(new_opset) is None and new_opset.ir_version == 14
     if hasattr(TensorProto, "FLOAT6E2M3"):
         f6 = ffn_model(ir=14)
         vi = helper.make_tensor_value_info("f6", TensorProto.FLOAT6E2M3, [1])
         f6.graph.value_info.append(vi)
-        assert not io.clamp_ir_version(f6) and f6.ir_version == 14
+        assert io.lower_ir_version(f6) is None and f6.ir_version == 14
 
 
 # --- > 2 GB ---------------------------------------------------------------------
