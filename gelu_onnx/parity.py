@@ -14,7 +14,6 @@ import ctypes
 import os
 import re
 import tempfile
-import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -198,65 +197,13 @@ def _dtype_str(a: np.ndarray) -> str:
     return "bfloat16" if _is_bf16(a) else ("string" if a.dtype.kind in "OUS" else str(a.dtype))
 
 
-def load_npz(path: str | os.PathLike, model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Feeds from a user's .npz, validated against the model's declared inputs.
+def load_npz(path: str | os.PathLike, model: onnx.ModelProto, allow_pickle: bool = False) -> dict[str, np.ndarray]:
+    """Feeds from a user's .npz (or Polygraphy JSON: its first iteration),
+    validated against the model's declared inputs before any array is
+    inflated (see gelu_onnx.feedfiles.load_inputs)."""
+    from .feedfiles import load_inputs
 
-    Every required input must be present, with the declared dtype, rank and
-    fixed dims; one named dim must have one size across inputs. Names that are
-    not graph inputs are refused (a typo would otherwise silently fall back to
-    a default). bfloat16 may be stored as ml_dtypes.bfloat16 (numpy writes it
-    as raw 2-byte 'V2') or as its uint16 bit patterns.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"--inputs {path}: no such file")
-    try:
-        z = np.load(p, allow_pickle=False)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise InputError(f"--inputs {path}: a single .npy array, expected an .npz archive (np.savez writes one)")
-        with z:
-            data = {k: z[k] for k in z.files}
-    except InputError:
-        raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise InputError(f"--inputs {path}: cannot read it as .npz ({_first_line(e)})") from e
-    specs = input_specs(model)
-    all_inputs = {vi.name for vi in model.graph.input}
-    missing = [s.name for s in specs if s.name not in data]
-    if missing:
-        raise InputError(f"--inputs {path}: missing input(s) {', '.join(missing)} (the model needs: {', '.join(s.name for s in specs)})")
-    extra = sorted(set(data) - all_inputs)
-    if extra:
-        raise InputError(f"--inputs {path}: '{extra[0]}' is not an input of the model (inputs: {', '.join(sorted(all_inputs))})")
-    by_name = {s.name: s for s in specs}
-    seen_dims: dict[str, tuple[int, str]] = {}
-    feeds = {}
-    for name, a in data.items():
-        s = by_name.get(name)
-        if s is None:  # an initializer the user overrides (IR < 4 style): feed as-is
-            feeds[name] = a
-            continue
-        want = _np_dtype(s.elem_type)
-        if s.elem_type == TensorProto.BFLOAT16 and a.dtype in (np.dtype("V2"), np.dtype(np.uint16)):
-            a = a.view(want)
-        if s.elem_type == TensorProto.STRING:
-            ok = a.dtype.kind in "OUS"
-            a = a.astype(object) if ok else a
-        else:
-            ok = a.dtype == want
-        if not ok:
-            raise InputError(f"--inputs {path}: '{name}' is {_dtype_str(a)}, the model declares {dtype_name(s.elem_type)}")
-        if a.ndim != len(s.dims):
-            raise InputError(f"--inputs {path}: '{name}' has rank {a.ndim} {list(a.shape)}, the model declares rank {len(s.dims)} {_show_dims(s.dims)}")
-        for got, d in zip(a.shape, s.dims):
-            if isinstance(d, int) and got != d:
-                raise InputError(f"--inputs {path}: '{name}' has shape {list(a.shape)}, the model declares {_show_dims(s.dims)}")
-            if isinstance(d, str):
-                prev = seen_dims.setdefault(d, (got, name))
-                if prev[0] != got:
-                    raise InputError(f"--inputs {path}: dim '{d}' is {prev[0]} in '{prev[1]}' but {got} in '{name}'")
-        feeds[name] = a
-    return feeds
+    return load_inputs(path, model, allow_pickle=allow_pickle)[0]
 
 
 def _show_dims(dims) -> str:

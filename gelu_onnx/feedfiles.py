@@ -1,0 +1,191 @@
+"""A user's input and golden-output files, checked against the model.
+
+``--inputs`` takes an .npz (one iteration) or Polygraphy's saved inputs
+(JSON, one or more iterations); ``--reference-outputs`` takes Polygraphy's
+RunResults JSON. Every array's declared dtype and shape is checked against the
+model's declared inputs (outputs) before the array is built (see
+gelu_onnx.arrayfiles for the size and pickle rules). The files are only read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from . import arrayfiles, polyjson
+from .errors import InputError
+
+
+def _parity():
+    from . import parity  # the model's input specs and dtype names live there
+
+    return parity
+
+
+class _Expect:
+    """Header check for one iteration's arrays against declared tensors.
+
+    ``specs``: {name: (elem_type, dims)} with dims int (fixed), str (named)
+    or None (unknown); ``known``: every name the file may hold (None: any)."""
+
+    def __init__(self, what: str, specs: Mapping[str, tuple], known: set | None, required: Sequence[str]):
+        self.what, self.specs, self.known, self.required = what, specs, known, list(required)
+        self.seen_dims: dict[str, tuple[int, str]] = {}
+
+    def names(self, names) -> None:
+        missing = [n for n in self.required if n not in names]
+        if missing:
+            raise InputError(f"{self.what}: missing input(s) {', '.join(missing)} "
+                             f"(the model needs: {', '.join(self.required)})")
+        if self.known is not None:
+            extra = sorted(set(names) - self.known)
+            if extra:
+                raise InputError(f"{self.what}: '{extra[0]}' is not an input of the model "
+                                 f"(inputs: {', '.join(sorted(self.known))})")
+
+    def __call__(self, name: str, dtype: np.dtype, shape: tuple) -> None:
+        spec = self.specs.get(name)
+        if spec is None:
+            return
+        et, dims = spec
+        p = _parity()
+        if not _dtype_ok(et, dtype):
+            shown = "bfloat16" if dtype == _bf16() else ("string" if dtype.kind in "OUS" else str(dtype))
+            raise InputError(f"{self.what}: '{name}' is {shown}, the model declares {p.dtype_name(et)}")
+        if dims is None:
+            return
+        if len(shape) != len(dims):
+            raise InputError(f"{self.what}: '{name}' has rank {len(shape)} {list(shape)}, the model declares "
+                             f"rank {len(dims)} {_show(dims)}")
+        for got, d in zip(shape, dims):
+            if isinstance(d, int) and got != d:
+                raise InputError(f"{self.what}: '{name}' has shape {list(shape)}, the model declares {_show(dims)}")
+            if isinstance(d, str):
+                prev = self.seen_dims.setdefault(d, (got, name))
+                if prev[0] != got:
+                    raise InputError(f"{self.what}: dim '{d}' is {prev[0]} in '{prev[1]}' but {got} in '{name}'")
+
+
+def _bf16() -> np.dtype:
+    from . import contract
+
+    return contract.np_dtype(TensorProto.BFLOAT16)
+
+
+def _dtype_ok(et: int, dtype: np.dtype) -> bool:
+    if et == TensorProto.STRING:
+        return dtype.kind in "OUS"
+    if et == TensorProto.BFLOAT16 and dtype in (np.dtype("V2"), np.dtype(np.uint16), _bf16()):
+        return True
+    try:
+        return dtype == _parity()._np_dtype(et)
+    except InputError:
+        raise
+    except Exception:
+        return False
+
+
+def _finish(a: np.ndarray, et: int | None) -> np.ndarray:
+    """bfloat16 bit patterns as ml_dtypes.bfloat16; strings as objects (what ORT takes)."""
+    if et == TensorProto.BFLOAT16 and a.dtype != _bf16():
+        return a.view(_bf16())
+    if et == TensorProto.STRING and a.dtype.kind in "US":
+        return a.astype(object)
+    return a
+
+
+def _show(dims) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _need_file(path, what: str) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{what}: no such file")
+    if not p.is_file():
+        raise InputError(f"{what}: not a regular file")
+
+
+def load_inputs(path, model: onnx.ModelProto, *, allow_pickle: bool = False,
+                what: str | None = None) -> list[dict[str, np.ndarray]]:
+    """Feeds per iteration from an .npz (one) or Polygraphy JSON (one or more).
+
+    Every required input must be present with the declared dtype, rank and
+    fixed dims; one named dim has one size across an iteration's inputs;
+    names that are not graph inputs are refused (a typo would otherwise fall
+    back silently). bfloat16 may be stored as ml_dtypes.bfloat16 ('V2') or as
+    uint16 bit patterns."""
+    what = what or f"--inputs {path}"
+    _need_file(path, what)
+    p = _parity()
+    specs = {s.name: (s.elem_type, s.dims) for s in p.input_specs(model)}
+    known = {vi.name for vi in model.graph.input}
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input if vi.type.HasField("tensor_type")}
+
+    def new_expect():
+        return _Expect(what, specs, known, list(specs))
+
+    if polyjson.is_json(path):
+        iterations = polyjson.read_inputs(path, what, new_expect, allow_pickle)
+        return [{k: _finish(v, types.get(k)) for k, v in feeds.items()} for feeds in iterations]
+    if _is_npy(path):
+        raise InputError(f"{what}: a single .npy array, expected an .npz archive (np.savez writes one) "
+                         "or Polygraphy JSON")
+    ex = new_expect()
+    arrays = arrayfiles.read_npz(path, what, ex, allow_pickle, on_names=ex.names)
+    return [{k: _finish(v, types.get(k)) for k, v in arrays.items()}]
+
+
+def _is_npy(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(6) == b"\x93NUMPY"
+
+
+def load_reference_outputs(path, model: onnx.ModelProto, *, allow_pickle: bool = False,
+                           what: str | None = None) -> tuple[str, list[dict[str, np.ndarray]]]:
+    """(runner name, outputs per iteration) from a Polygraphy RunResults file.
+
+    The first runner's results are the reference (``polygraphy run ORIG
+    --onnxrt --save-outputs`` has one). Outputs the model declares are checked
+    for dtype, rank and fixed dims before they are decoded; others are kept
+    (the comparison reports them as missing from the model)."""
+    what = what or f"--reference-outputs {path}"
+    _need_file(path, what)
+    if not polyjson.is_json(path):
+        raise InputError(f"{what}: not a Polygraphy RunResults JSON file (polygraphy run --save-outputs writes one)")
+    specs, types = {}, {}
+    for vi in model.graph.output:
+        if vi.type.HasField("tensor_type"):
+            tt = vi.type.tensor_type
+            dims = [(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)) for d in tt.shape.dim] \
+                if tt.HasField("shape") else None
+            if tt.elem_type:
+                specs[vi.name] = (tt.elem_type, dims)
+                types[vi.name] = tt.elem_type
+    runs = polyjson.read_run_results(path, what, _Expect(what, specs, None, []), allow_pickle)
+    runner, iterations = runs[0]
+    return runner, [{k: _finish(v, types.get(k)) for k, v in it.items()} for it in iterations]
+
+
+def save_inputs(iterations: Sequence[Mapping[str, np.ndarray]], path) -> None:
+    """.json: Polygraphy's saved-inputs format (every iteration); else .npz (one)."""
+    if str(path).lower().endswith(".json"):
+        polyjson.write(polyjson.inputs_doc([_plain(f) for f in iterations]), path, "--save-inputs")
+        return
+    if len(iterations) != 1:
+        raise InputError(f"--save-inputs {path}: an .npz holds one iteration; use a .json file for {len(iterations)}")
+    _parity().save_npz(iterations[0], path)
+
+
+def _plain(feeds: Mapping[str, np.ndarray]) -> dict:
+    """bfloat16 as uint16 bit patterns: numpy (and so Polygraphy) loads those."""
+    return {k: (v.view(np.uint16) if v.dtype == _bf16() else v) for k, v in feeds.items()}
+
+
+def save_outputs(runs, path, runtimes=None) -> None:
+    """Polygraphy RunResults JSON (``polygraphy inspect data`` reads it)."""
+    runs = [(name, [_plain(o) for o in its]) for name, its in runs]
+    polyjson.write(polyjson.run_results_doc(runs, runtimes), path, "--save-outputs")
