@@ -1,0 +1,67 @@
+"""Error statistics of one compared tensor, and their merge over iterations.
+
+A parity row (``OutputParity``) carries the largest errors (max_abs,
+max_rel, max_ulp); these add the distribution of |original - fused| over the
+elements where both are finite: mean, median and 99th percentile. Over
+several iterations the maxima are the maxima of all iterations, counts are
+summed, and the distribution is that of every iteration's errors together
+(kept as float32, which is ample for a statistic).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import numpy as np
+
+STATS = ("mean_abs", "median_abs", "p99_abs")
+_MAXIMA = ("max_abs", "max_rel", "max_ulp")
+_COUNTS = ("mismatched", "nonfinite_mismatched", "elements")
+
+
+def abs_stats(diff: np.ndarray) -> dict:
+    """{mean_abs, median_abs, p99_abs} of finite absolute errors (None when there are none)."""
+    d = np.asarray(diff, np.float64).ravel()
+    if d.size == 0:
+        return dict.fromkeys(STATS)
+    return {
+        "mean_abs": float(d.mean()),
+        "median_abs": float(np.median(d)),
+        "p99_abs": float(np.percentile(d, 99)),
+    }
+
+
+def keep(row, diff: np.ndarray):
+    """Attach a row's finite absolute errors (for a later merge) and its statistics."""
+    d = np.asarray(diff, np.float32).ravel()
+    row.__dict__["_abs"] = d  # not a dataclass field: never serialized
+    for k, v in abs_stats(d).items():
+        setattr(row, k, v)
+    return row
+
+
+def _max(values):
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None
+
+
+def merge(rows: Sequence):
+    """One row for several iterations of the same tensor."""
+    if len(rows) == 1:
+        return rows[0]
+    out = copy.copy(rows[0])
+    for k in _MAXIMA:
+        setattr(out, k, _max(getattr(r, k) for r in rows))
+    for k in _COUNTS:
+        setattr(out, k, sum(getattr(r, k) for r in rows))
+    diffs = [r.__dict__.get("_abs") for r in rows]
+    if all(d is not None for d in diffs):
+        keep(out, np.concatenate(diffs))
+    out.passed = all(r.passed for r in rows)
+    failing = [(i, r) for i, r in enumerate(rows) if not r.passed]
+    if failing:
+        out.message = "; ".join(f"iteration {i}: {r.message}" for i, r in failing[:3]) + (
+            f"; and {len(failing) - 3} more iterations" if len(failing) > 3 else "")
+    else:
+        out.message = ""
+    return out

@@ -1,0 +1,113 @@
+"""``check --localize``: which fused GELU diverged.
+
+A fused GELU node keeps the original's output tensor name (its ``root``), so
+every GELU that ``inspect`` finds in the original's main graph can be made a
+graph output of both models and compared like a model output. One run of the
+two exposed models gives the model outputs and every GELU's tensor.
+
+GELUs inside subgraphs (If/Loop/Scan bodies) cannot be graph outputs and are
+reported in a note, not compared.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+from onnx import helper
+
+from . import contract
+
+
+@dataclass
+class Site:
+    """One GELU of the original: its tensor and its ``inspect`` record."""
+
+    tensor: str
+    description: dict
+    summary: str  # one line, as inspect would say it
+    in_fused: bool = True  # the fused model has a tensor of this name
+
+
+@dataclass
+class Exposed:
+    original: onnx.ModelProto
+    fused: onnx.ModelProto
+    sites: list[Site] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _summary(f: dict) -> str:
+    alpha = f" alpha={f['alpha']:g}" if f.get("alpha") is not None else ""
+    bias = " with bias" if f.get("bias") else ""
+    return f"{f['form']} GELU{bias}{alpha} ({f['dtype']}, {len(f.get('nodes') or [])} nodes: " \
+           f"{', '.join((f.get('nodes') or [])[:4])}{', ...' if len(f.get('nodes') or []) > 4 else ''})"
+
+
+def _elem_type(g: onnx.GraphProto, name: str, dtype: str) -> int:
+    for vi in list(g.value_info) + list(g.output):
+        if vi.name == name and vi.type.tensor_type.elem_type:
+            return vi.type.tensor_type.elem_type
+    by_name = {v: k for k, v in contract.FLOAT_DTYPES.items()}
+    return by_name.get(dtype, onnx.TensorProto.FLOAT)
+
+
+def _with_outputs(m: onnx.ModelProto, outputs: list[tuple[str, int]]) -> onnx.ModelProto:
+    """A copy of ``m`` whose main graph also outputs these tensors (the input is untouched)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    have = {o.name for o in out.graph.output}
+    for name, et in outputs:
+        if name not in have:
+            out.graph.output.append(helper.make_tensor_value_info(name, et, None))
+    return out
+
+
+def expose(original, fused) -> Exposed:
+    """Both models with every main-graph GELU tensor of the original as an output.
+
+    ``original`` / ``fused``: io.LoadedModel (their external data stay where
+    they are: the copies keep the references)."""
+    from . import inspect as _inspect
+
+    rep = _inspect(original)
+    records = [f.as_dict() if hasattr(f, "as_dict") else dict(vars(f)) for f in rep.fusions]
+    main = [f for f in records if not f.get("graph")]
+    notes = []
+    if len(main) < len(records):
+        notes.append(f"{len(records) - len(main)} GELU(s) inside subgraphs (If/Loop/Scan bodies) cannot be "
+                     "made graph outputs and are not localized")
+    if not records:
+        notes.append("no GELU found in the original: nothing to localize")
+    og, fg = original.model.graph, fused.model.graph
+    order = {o: i for i, n in enumerate(og.node) for o in n.output}
+    main.sort(key=lambda f: order.get(f["root"], len(order)))
+    produced = {o for n in fg.node for o in n.output} | {i.name for i in fg.input}
+    sites, o_out, f_out = [], [], []
+    for f in main:
+        et = _elem_type(og, f["root"], f["dtype"])
+        s = Site(f["root"], f, _summary(f), f["root"] in produced)
+        sites.append(s)
+        o_out.append((s.tensor, et))
+        if s.in_fused:
+            f_out.append((s.tensor, _elem_type(fg, s.tensor, f["dtype"])))
+    return Exposed(_with_outputs(original.model, o_out), _with_outputs(fused.model, f_out), sites, notes)
+
+
+def split(outputs: dict, sites: list[Site], model_outputs: list[str]) -> tuple[dict, dict]:
+    """(model outputs, GELU tensors) from one run of an exposed model."""
+    gelus = {s.tensor for s in sites}
+    keep = set(model_outputs)
+    return ({k: v for k, v in outputs.items() if k in keep or k not in gelus},
+            {k: v for k, v in outputs.items() if k in gelus})
+
+
+def fusion_record(site: Site, row) -> dict:
+    """The JSON record of one localized GELU (``row``: its parity row, or None)."""
+    rec = {"tensor": site.tensor, "pass": False, "description": site.description, "summary": site.summary}
+    if row is None:
+        rec["message"] = "the fused model has no tensor of this name (the GELU's output was renamed or removed)"
+        return rec
+    d = {k: v for k, v in vars(row).items() if not k.startswith("_") and k not in ("name", "passed")}
+    rec.update(d)
+    rec["pass"] = bool(row.passed)
+    return rec

@@ -1,0 +1,68 @@
+"""Is FUSED a fused version of ORIGINAL, and did it keep our ops?
+
+Fusing never changes a model's interface: the same required inputs and
+outputs, with the same element types. ``interface_differences`` lists what
+differs (``check`` reports it as a failure, ``bench`` refuses to time an
+unrelated pair). ``custom_ops_gone`` spots a model fused for the ``custom``
+target whose ``ai.gelu_onnx`` nodes were inlined by another optimizer (ONNX
+Runtime's saved optimized model, onnx.inliner, ...): it keeps the
+``ai.gelu_onnx`` opset import but none of the ops, so our kernels never run.
+"""
+from __future__ import annotations
+
+import onnx
+
+from . import contract
+
+
+def _required_inputs(m: onnx.ModelProto) -> dict[str, int]:
+    inits = {t.name for t in m.graph.initializer}
+    return {vi.name: vi.type.tensor_type.elem_type for vi in m.graph.input if vi.name not in inits}
+
+
+def _outputs(m: onnx.ModelProto) -> dict[str, int]:
+    return {vi.name: vi.type.tensor_type.elem_type for vi in m.graph.output}
+
+
+def _names(xs) -> str:
+    return ", ".join(sorted(xs))
+
+
+def interface_differences(original: onnx.ModelProto, fused: onnx.ModelProto) -> list[str]:
+    """One sentence per difference between the two models' declared interfaces."""
+    out = []
+    io_, if_ = _required_inputs(original), _required_inputs(fused)
+    oo, of = _outputs(original), _outputs(fused)
+    if set(if_) - set(io_):
+        out.append(f"the fused model needs input(s) the original does not have: {_names(set(if_) - set(io_))}")
+    if set(io_) - set(if_):
+        out.append(f"the fused model no longer takes input(s) {_names(set(io_) - set(if_))}")
+    if set(oo) - set(of):
+        out.append(f"the fused model lacks output(s) {_names(set(oo) - set(of))}")
+    if set(of) - set(oo):
+        out.append(f"the fused model has output(s) the original does not: {_names(set(of) - set(oo))}")
+    for kind, a, b in (("input", io_, if_), ("output", oo, of)):
+        for name in sorted(set(a) & set(b)):
+            if a[name] and b[name] and a[name] != b[name]:
+                out.append(f"{kind} '{name}' is {_dt(a[name])} in the original but {_dt(b[name])} in the fused model")
+    return out
+
+
+def _dt(et: int) -> str:
+    return onnx.helper.tensor_dtype_to_string(et).replace("TensorProto.", "").lower()
+
+
+def _our_nodes(m: onnx.ModelProto) -> int:
+    from .io import iter_graphs
+
+    n = sum(1 for _, g in iter_graphs(m) for node in g.node if node.domain == contract.DOMAIN)
+    return n + sum(1 for f in m.functions for node in f.node if node.domain == contract.DOMAIN)
+
+
+def custom_ops_gone(m: onnx.ModelProto) -> str | None:
+    """A warning when the model imports ai.gelu_onnx but no node uses it."""
+    if not any(o.domain == contract.DOMAIN for o in m.opset_import) or _our_nodes(m):
+        return None
+    return (f"the model imports the {contract.DOMAIN} opset but has none of its ops: it was fused for the custom "
+            "target and another optimizer has inlined the functions, so the gelu-onnx kernels and the TensorRT "
+            "plugin will not run (fuse the original again, after that optimizer)")
