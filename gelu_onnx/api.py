@@ -5,10 +5,10 @@ import os
 from dataclasses import asdict, dataclass, field
 
 import onnx
-from onnx import ModelProto, NodeProto
+from onnx import ModelProto
 
 from . import contract as C
-from .errors import InputError, UnsupportedError
+from .errors import InputError
 from .graph import GraphIndex, subgraphs
 from .legacy import find_legacy, legacy_nodes
 from .match import Match, NearMiss, find_bias, find_matches
@@ -21,7 +21,6 @@ from .rewrite import (
     emit_nodes,
     ensure_opset,
     replace_regions,
-    walk_graphs,
     wider,
 )
 from .targets import TARGETS, emission, make_function, supported, target_takes_bias
@@ -108,52 +107,14 @@ def _plan(model: ModelProto, base_dir: str | None = None) -> list[tuple[GraphInd
 
 
 def _upgrade_for_standard(model: ModelProto, notes: list[str]) -> ModelProto:
-    """Gelu exists from opset 20: upgrade explicitly with onnx's version
-    converter, check the result, and say so; refuse clearly if it fails."""
+    """Gelu exists from opset 20: raise the default-domain opset after proving,
+    op by op from the ONNX schemas, that every op keeps its meaning
+    (gelu_onnx.opset_upgrade); refuses naming the op otherwise."""
+    from . import opset_upgrade
+
     old = default_opset(model)
-    from onnx import version_converter
-
-    # The converter refuses ops it has no schema for; TensorRT's legacy GELU
-    # plugin nodes (1 in, 1 out, shape-preserving) ride through as Identity.
-    from .legacy import OP_TYPE as LEGACY
-
-    parked: dict[str, NodeProto] = {}
-    for g in walk_graphs(model.graph):
-        for n in g.node:
-            if n.op_type == LEGACY and len(n.output) == 1:
-                saved = NodeProto()
-                saved.CopyFrom(n)
-                parked[n.output[0]] = saved
-                n.op_type, n.domain = "Identity", ""
-                del n.attribute[:]
-    try:
-        upgraded = version_converter.convert_version(model, C.STANDARD_GELU_OPSET)
-        if upgraded.ByteSize() < 2_000_000_000:
-            onnx.checker.check_model(upgraded)
-        for g in walk_graphs(upgraded.graph):
-            for n in g.node:
-                if n.op_type == "Identity" and n.output and n.output[0] in parked:
-                    n.CopyFrom(parked[n.output[0]])
-    except Exception as e:  # the converter raises bare RuntimeErrors
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnsupportedError(
-            f"--target standard needs opset {C.STANDARD_GELU_OPSET} (this model has {old}) and onnx's "
-            f"version converter could not upgrade it ({msg}); use --target custom or --target ort"
-        ) from None
-    finally:
-        for g in walk_graphs(model.graph):  # the caller's copy is left as it was
-            for n in g.node:
-                if n.op_type == "Identity" and n.output and n.output[0] in parked:
-                    n.CopyFrom(parked[n.output[0]])
-    from .io import lowest_ir_version
-
-    upgraded.ir_version = max(min(upgraded.ir_version, lowest_ir_version(upgraded) or upgraded.ir_version),
-                              model.ir_version)
-    notes.append(
-        f"upgraded the default opset {old} -> {C.STANDARD_GELU_OPSET} with onnx.version_converter "
-        f"(checked with onnx.checker); verify parity with `gelu-onnx check`"
-    )
-    return upgraded
+    notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model, C.STANDARD_GELU_OPSET)))
+    return model
 
 
 # --- the API --------------------------------------------------------------------
