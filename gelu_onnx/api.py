@@ -8,6 +8,7 @@ import onnx
 from onnx import ModelProto
 
 from . import contract as C
+from . import functions
 from .errors import InputError
 from .graph import GraphIndex, subgraphs
 from .legacy import find_legacy, legacy_nodes
@@ -135,6 +136,8 @@ def fuse_with_report(model, target: str = "custom", *, inplace: bool = False,
         m = ModelProto()
         m.CopyFrom(src)
     res = FuseResult(m, target)
+    m, fplan = functions.prepare(m, target, res, fuse_with_report)
+    res.model = m
     plan = _plan(m, base_dir)
     if target == "standard" and default_opset(m) < C.STANDARD_GELU_OPSET and any(
         supported(target, mt.form, wider(mt.leaf_type, mt.root_type)) is None
@@ -144,6 +147,7 @@ def fuse_with_report(model, target: str = "custom", *, inplace: bool = False,
         res.model = m
         plan = _plan(m, base_dir)
     _rewrite(m, plan, target, res)
+    functions.label_inlined(res, fplan)
     return res
 
 
@@ -157,6 +161,10 @@ def inspect(model, target: str = "custom", *, base_dir: str | None = None) -> Fu
     if target not in TARGETS:
         raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
     m, base_dir = _as_model(model, base_dir)
+    if functions.holds_gelu(m):
+        # what fuse would do there (in bodies or inlined) is found by doing it on a copy
+        done = fuse_with_report(m, target, base_dir=base_dir)
+        return FuseResult(m, target, done.fusions, done.near_misses, done.notes)
     res = FuseResult(m, target)
     for idx, keep, _ in _select(_plan(m, base_dir), target, res):
         for mt, ct, use_bias in keep:

@@ -164,6 +164,8 @@ class GraphIndex:
             node = self.graph.node[i]
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 return _constant_node_value(node, i)
+            if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
+                return self._cast_like(node, i)
             if node.op_type in FOLDABLE and node.domain in ("", "ai.onnx") and len(node.output) == 1:
                 ins = [self.constant(n) for n in node.input if n]
                 if ins and all(c is not None for c in ins) and all(c.value.size <= 16 for c in ins):
@@ -175,6 +177,47 @@ class GraphIndex:
         if self.parent is not None:
             return self.parent.constant(name)
         return None
+
+    def _cast_like(self, node: NodeProto, i: int) -> ConstInfo | None:
+        """CastLike(c, like) of a small constant (onnxscript writes every
+        literal so): a constant in like's type, when that type is known."""
+        c = self.constant(node.input[0])
+        to = self._type_of(node.input[1], 8)
+        if c is None or c.value.size > 16 or to not in _FLOAT_TYPES:
+            return None
+        from .contract import np_dtype
+
+        return ConstInfo(c.value.astype(np_dtype(to)), to, producer=i)
+
+    def _type_of(self, name: str, depth: int) -> int | None:
+        """Element type from value_info, else through a few type-preserving
+        producers (elementwise ops, MatMul, Cast, CastLike, constants)."""
+        t = self.elem_type(name)
+        if t or depth == 0:
+            return t
+        c = self.constant(name) if name in self.producer or name in self.initializers else None
+        if c is not None:
+            return c.elem_type
+        p = self.producer.get(name)
+        if p is None:
+            return None
+        node = self.graph.node[p]
+        if node.domain not in ("", "ai.onnx") or not node.input:
+            return None
+        if node.op_type == "Cast":
+            return next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "CastLike" and len(node.input) == 2:
+            return self._type_of(node.input[1], depth - 1)
+        if node.op_type in ELEMENTWISE or node.op_type == "MatMul":
+            ins = node.input[:1] if node.op_type == "Pow" else node.input
+            for x in ins:
+                t = self._type_of(x, depth - 1) if x else None
+                if t:
+                    return t
+        return None
+
+
+_FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
 
 
 def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | None:

@@ -373,7 +373,18 @@ def _classify(op: str, vals, root_vals, x, nodes, idx, tol):
     return "tanh", None, _rel_error(root_vals, gelu_reference("tanh", x), x), ""
 
 
-def _intermediate_violation(idx: GraphIndex, nodes: list[int], root: str):
+def _type_only_reader(idx: GraphIndex, c: int, o: str, region: set[int], consts) -> bool:
+    """CastLike(k, o) reads only o's type; when its output is one of the
+    region's constants and only the region reads it, it goes with the region
+    (onnxscript writes every literal as CastLike(literal, neighbour))."""
+    n = idx.node(c)
+    if n.op_type != "CastLike" or n.domain not in ("", "ai.onnx") or list(n.input[1:]) != [o] or n.input[0] == o:
+        return False
+    out = n.output[0]
+    return out in consts and out not in idx.graph_outputs and all(r in region for r in idx.consumers.get(out, []))
+
+
+def _intermediate_violation(idx: GraphIndex, nodes: list[int], root: str, consts=frozenset()):
     region = set(nodes)
     for i in nodes:
         for o in idx.node(i).output:
@@ -381,7 +392,8 @@ def _intermediate_violation(idx: GraphIndex, nodes: list[int], root: str):
                 continue
             if o in idx.graph_outputs:
                 return "graph-output", f"intermediate '{o}' is a graph output"
-            outside = [c for c in idx.consumers.get(o, []) if c not in region]
+            outside = [c for c in idx.consumers.get(o, [])
+                       if c not in region and not _type_only_reader(idx, c, o, region, consts)]
             if outside:
                 who = idx.node(outside[0])
                 return "intermediate-used", (
@@ -431,7 +443,7 @@ def match_anchor(idx: GraphIndex, anchor: int):
         if note:
             miss("silu" if "SiLU" in note else "alpha-range", note)
             continue
-        v = _intermediate_violation(idx, nodes, root)
+        v = _intermediate_violation(idx, nodes, root, sub.consts)
         if v:
             miss(*v)
             continue

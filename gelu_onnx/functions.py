@@ -1,0 +1,258 @@
+"""GELUs inside model-local functions (TorchScript's export_modules_as_functions,
+onnxscript-built models).
+
+Per function that holds a GELU anchor, one of two things happens before the
+main graph is fused:
+- **in the body**, when every call site gives each input the same known
+  element type: the body is fused as a small graph of its own (its inputs
+  typed from the call sites, intermediate types from ONNX shape inference, so
+  `CastLike` constants resolve) and put back; every call runs the fused op.
+- **by inlining** (onnx.inliner, only the functions that hold a GELU) when the
+  call sites disagree or a type is unknown, or when a GELU's `x` is
+  `Add(h, b)` with `b` a function input: the bias is a constant only at the
+  call site, so it can be folded in only there; and always for `ort`: its
+  com.microsoft ops have no ONNX schema, so inside a function body they
+  leave onnx's type inference (and `onnx.checker`) without output types. The main-graph pass then
+  fuses the inlined copies like any other GELU.
+Reports name the function and its call site(s) in the fusion's graph field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+import onnx.inliner
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, helper
+
+from . import contract as C
+from .graph import ANCHOR_OPS, subgraphs
+
+_DEFAULT = ("", "ai.onnx")
+
+
+@dataclass
+class FunctionPlan:
+    """What was done to the model's functions; labels the main pass's fusions."""
+
+    inlined: dict[str, str] = field(default_factory=dict)  # inliner suffix "__k" -> label
+
+
+def _holds_anchor(nodes) -> bool:
+    for n in nodes:
+        if n.domain in _DEFAULT and n.op_type in ANCHOR_OPS:
+            return True
+        for _, g in subgraphs(n):
+            if _holds_anchor(g.node):
+                return True
+    return False
+
+
+def _walk_calls(graph: GraphProto, path: str, out: list):
+    """(graph path, node) for every node, in the inliner's traversal order."""
+    for n in graph.node:
+        out.append((path, n))
+        for attr, g in subgraphs(n):
+            _walk_calls(g, f"{path}/{n.name or n.op_type}/{attr}" if path else f"{n.name or n.op_type}/{attr}", out)
+
+
+def _call_types(model: ModelProto, calls: list[NodeProto], inferred: list) -> list[int | None]:
+    """Element type of each function input over all call sites: None where a
+    call site's type is unknown or two call sites disagree."""
+    if inferred[0] is None:
+        try:
+            inferred[0] = onnx.shape_inference.infer_shapes(model)
+        except Exception:  # shape inference is best effort: unknown types mean "inline"
+            inferred[0] = model
+        types: dict[str, int] = {}
+        for g in _graphs(inferred[0].graph):
+            for vi in (*g.input, *g.output, *g.value_info):
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                    types[vi.name] = vi.type.tensor_type.elem_type
+            for t in g.initializer:
+                types[t.name] = t.data_type
+            for n in g.node:
+                if n.op_type == "Constant" and n.domain in _DEFAULT:
+                    for a in n.attribute:
+                        if a.name == "value":
+                            types[n.output[0]] = a.t.data_type
+        inferred.append(types)
+    types = inferred[1]
+    n_in = max(len(c.input) for c in calls)
+    out: list[int | None] = []
+    for k in range(n_in):
+        seen = {types.get(c.input[k]) if k < len(c.input) and c.input[k] else None for c in calls}
+        out.append(seen.pop() if len(seen) == 1 else None)
+    return out
+
+
+def _graphs(g: GraphProto):
+    yield g
+    for n in g.node:
+        for _, sub in subgraphs(n):
+            yield from _graphs(sub)
+
+
+def _body_model(f: FunctionProto, in_types: list[int | None], ir_version: int) -> ModelProto:
+    g = helper.make_graph(
+        [_copy(n) for n in f.node], f.name,
+        [helper.make_tensor_value_info(x, t or 0, None) for x, t in zip(f.input, in_types)],
+        [onnx.ValueInfoProto(name=y) for y in f.output])
+    m = helper.make_model(g, opset_imports=list(f.opset_import), ir_version=max(ir_version, C.MIN_IR_FOR_FUNCTIONS))
+    try:
+        m = onnx.shape_inference.infer_shapes(m)
+    except Exception:  # best effort: without types CastLike constants stay unresolved (no fusion)
+        pass
+    return m
+
+
+def _copy(n: NodeProto) -> NodeProto:
+    c = NodeProto()
+    c.CopyFrom(n)
+    return c
+
+
+def _bias_only_at_call_site(f: FunctionProto, res, target: str) -> bool:
+    """A fused GELU whose x is Add(h, b) with b a function input: b is a
+    constant only at the call sites, so inlining lets the bias be folded in."""
+    from .targets import target_takes_bias
+
+    inputs = set(f.input)
+    nodes = list(f.node)
+    producer = {o: n for n in nodes for o in n.output}
+    by_name = {n.name: n for n in nodes if n.name}
+    for fu in res.fusions:
+        if fu.bias or not target_takes_bias(target, fu.form):
+            continue
+        region = [by_name.get(nm) or _nth(nodes, nm) for nm in fu.nodes]
+        region = [n for n in region if n is not None]
+        outs = {o for n in region for o in n.output}
+        for x in {i for n in region for i in n.input} - outs:
+            p = producer.get(x)
+            if p is not None and p.op_type == "Add" and p.domain in _DEFAULT and inputs.intersection(p.input):
+                return True
+    return False
+
+
+def _nth(nodes, label: str):
+    """The node an unnamed-node label 'Op#k' points at."""
+    k = label.rpartition("#")[2]
+    return nodes[int(k)] if k.isdigit() and int(k) < len(nodes) else None
+
+
+def holds_gelu(model: ModelProto) -> bool:
+    """Whether a model-local function (not ours) holds a GELU anchor."""
+    return any(f.domain != C.DOMAIN and _holds_anchor(f.node) for f in model.functions)
+
+
+def _label(f: FunctionProto, sites: list[str]) -> str:
+    shown = ", ".join(sites[:3]) + (f" +{len(sites) - 3} more" if len(sites) > 3 else "")
+    return f"function {f.domain}.{f.name} (called by {shown})"
+
+
+def prepare(model: ModelProto, target: str, res, fuse_body) -> tuple[ModelProto, FunctionPlan]:
+    """Fuse GELUs inside ``model``'s functions (in place) or inline the
+    functions that need it (a new model is returned then). ``fuse_body(m,
+    target)`` is the library's fuse_with_report; fusions and near-misses go
+    into ``res`` labelled with the function and its call sites."""
+    plan = FunctionPlan()
+    ours = {C.DOMAIN}
+    cands = [f for f in model.functions if f.domain not in ours and _holds_anchor(f.node)]
+    if not cands:
+        return model, plan
+    calls: list[tuple[str, NodeProto]] = []
+    _walk_calls(model.graph, "", calls)
+    inferred: list = [None]
+    inline: list[FunctionProto] = []
+    for f in cands:
+        sites = [(p, n) for p, n in calls if n.domain == f.domain and n.op_type == f.name]
+        if not sites:
+            continue  # an unused function: nothing runs it
+        names = [(f"{p}/" if p else "") + (n.name or n.op_type) for p, n in sites]
+        if target == "ort":  # com.microsoft ops have no ONNX schema: a body holding them defeats onnx's type inference
+            inline.append(f)
+            continue
+        types = _call_types(model, [n for _, n in sites], inferred)
+        if any(t is None for t in types[:len(f.input)]):
+            inline.append(f)
+            continue
+        body = _body_model(f, types, model.ir_version)
+        got = fuse_body(body, target)
+        if not got.fusions:
+            for nm in got.near_misses:
+                nm.graph = _label(f, names) + (f"/{nm.graph}" if nm.graph else "")
+                res.near_misses.append(nm)
+            continue
+        if _bias_only_at_call_site(f, got, target):
+            inline.append(f)
+            continue
+        if target == "standard" and _default(model.opset_import) < C.STANDARD_GELU_OPSET:
+            from . import opset_upgrade
+
+            old = _default(model.opset_import)
+            res.notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model)))
+            return prepare(model, target, res, fuse_body)  # bodies changed: start over
+        _put_back(model, f, got.model)
+        for fu in got.fusions:
+            fu.graph = _label(f, names) + (f"/{fu.graph}" if fu.graph else "")
+            res.fusions.append(fu)
+        for nm in got.near_misses:
+            nm.graph = _label(f, names) + (f"/{nm.graph}" if nm.graph else "")
+            res.near_misses.append(nm)
+    if not inline:
+        return model, plan
+    for f in inline:  # the inliner names copies "<node name>__k": give every body node a name to carry
+        for i, n in enumerate(f.node):
+            if not n.name:
+                n.name = f"{f.name}_{n.op_type}_{i}"
+    ids = [(f.domain, f.name) for f in inline]
+    selected = set(ids)
+    k = 0
+    for p, n in calls:  # the inliner numbers the calls it expands in this order: "<node>__k"
+        if (n.domain, n.op_type) in selected:
+            k += 1
+            plan.inlined[f"__{k}"] = f"{(p + '/') if p else ''}{n.name or n.op_type} -> function {n.domain}.{n.op_type}"
+    out = onnx.inliner.inline_selected_functions(model, ids)
+    res.notes.append(f"inlined {k} call{'s' if k != 1 else ''} of {', '.join(f'{d}.{n}' for d, n in ids)} "
+                     f"to fuse the GELUs inside (call sites differ in type, or the bias is a call-site constant)")
+    return out, plan
+
+
+def label_inlined(res, plan: FunctionPlan) -> None:
+    """Name the call site (and function) of fusions made in inlined copies."""
+    if not plan.inlined:
+        return
+    for fu in res.fusions:
+        for nm in fu.nodes:
+            head, sep, k = nm.rpartition("__")
+            if sep and k.isdigit() and f"__{k}" in plan.inlined:
+                site = plan.inlined[f"__{k}"]
+                fu.graph = site + (f" [{fu.graph}]" if fu.graph else "")
+                break
+
+
+def _default(imports) -> int:
+    return next((i.version for i in imports if i.domain in _DEFAULT), 0)
+
+
+def _put_back(model: ModelProto, f: FunctionProto, fused: ModelProto) -> None:
+    """The fused body becomes f's body; its new opset imports and model-local
+    functions (our op's math) go to f and to the model."""
+    from .rewrite import add_functions, ensure_opset
+
+    del f.node[:]
+    f.node.extend(fused.graph.node)
+    have = {i.domain for i in f.opset_import}
+    for imp in f.opset_import:  # `standard` may have raised the body's default opset (proven there)
+        if imp.domain in _DEFAULT:
+            imp.version = max(imp.version, _default(fused.opset_import))
+    for imp in fused.opset_import:
+        if imp.domain not in have and imp.domain not in _DEFAULT:
+            f.opset_import.append(helper.make_opsetid(imp.domain, imp.version))
+        if imp.domain not in _DEFAULT:
+            ensure_opset(model, imp.domain, imp.version)
+    produced = {o for n in f.node for o in n.output} | set(f.input)
+    keep = [vi for vi in getattr(f, "value_info", ()) if vi.name in produced]
+    if len(getattr(f, "value_info", ())) != len(keep):
+        del f.value_info[:]
+        f.value_info.extend(keep)
+    add_functions(model, list(fused.functions))

@@ -1,0 +1,250 @@
+"""GELUs inside model-local functions (gelu_onnx/functions.py), on real exports.
+
+- torch's TorchScript exporter with ``export_modules_as_functions`` on a tiny
+  Hugging Face BERT: the activation module as a function (GELU body fused in
+  place, every call runs it) and BertIntermediate as a function (bias is a
+  function input: the calls are inlined so the bias Add is folded in);
+- a model built with onnxscript (every literal is CastLike(literal, x));
+- one function called with float32 and float16: inlined, each fused in its type.
+For every target: onnx.checker (full), ONNX Runtime loads it, parity with the
+original (and, for custom, with and without our library), the report names
+the function and its call sites, and the input model is unchanged.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper as h
+
+import gelu_onnx
+from gelu_onnx import contract, ortlib
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = ("custom", "standard", "ort")
+OP = {"custom": contract.DOMAIN, "standard": "", "ort": contract.MS_DOMAIN}
+
+
+def _session(model: onnx.ModelProto, library: bool):
+    so = gelu_onnx.session_options() if library else ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _check_all(original: onnx.ModelProto, feeds: dict, target: str, atol: float = 1e-5):
+    before = original.SerializeToString()
+    res = gelu_onnx.fuse_with_report(original, target)
+    assert original.SerializeToString() == before
+    out = res.model
+    onnx.checker.check_model(out, full_check=True)
+    ref = _session(original, False).run(None, feeds)
+    runs = [False] + ([True] if target == "custom" and ortlib.available() else [])
+    for lib in runs:
+        got = _session(out, lib).run(None, feeds)
+        for a, b in zip(got, ref):
+            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=atol, atol=atol,
+                                       err_msg=f"{target} library={lib}")
+    return res
+
+
+def _fused_ops(model: onnx.ModelProto, target: str) -> int:
+    """Our target's GELU ops anywhere: main graph and function bodies."""
+    bodies = [model.graph.node] + [f.node for f in model.functions if f.domain != contract.DOMAIN]
+    want = OP[target]
+    return sum(1 for nodes in bodies for n in nodes
+               if n.domain == want and ("Gelu" in n.op_type))
+
+
+def _anchors(model: onnx.ModelProto) -> int:
+    bodies = [model.graph.node] + [f.node for f in model.functions if f.domain != contract.DOMAIN]
+    return sum(1 for nodes in bodies for n in nodes if n.op_type in ("Erf", "Tanh") and n.domain == "")
+
+
+# --- TorchScript export_modules_as_functions on a tiny Hugging Face BERT ---------
+
+def _export_bert(act: str, modules: str, opset: int) -> onnx.ModelProto:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from torch.onnx._internal.torchscript_exporter import utils as ts_utils
+    from transformers import BertConfig, BertModel
+    from transformers.models.bert.modeling_bert import BertIntermediate
+
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=32, hidden_act=act, max_position_embeddings=32)
+    torch.manual_seed(0)
+    bert = BertModel(cfg, add_pooling_layer=False).eval()
+
+    class Body(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, return_dict=False)[0]
+
+    act_type = type(bert.encoder.layer[0].intermediate.intermediate_act_fn)
+    fn_modules = {"act": {act_type}, "intermediate": {BertIntermediate}}[modules]
+    # The exporter records every module's annotated attributes as ONNX
+    # attributes and rejects transformers' dict-valued ones; keep the plain ones.
+    keep = ts_utils._get_module_attributes
+
+    def plain(v):
+        return isinstance(v, (int, float, str, bool))
+
+    ts_utils._get_module_attributes = lambda mod: {k: v for k, v in keep(mod).items() if plain(v)}
+    path = Path(f"/tmp/gelu_onnx_test_fn_{act}_{modules}_{opset}_{id(bert)}.onnx")
+    try:
+        with torch.no_grad():
+            torch.onnx.export(Body(bert).eval(), (torch.randint(0, 50, (2, 7)),), str(path), dynamo=False,
+                              opset_version=opset, input_names=["ids"], output_names=["out"],
+                              dynamic_axes={"ids": {0: "b", 1: "s"}}, export_modules_as_functions=fn_modules)
+        return onnx.load(str(path))
+    finally:
+        ts_utils._get_module_attributes = keep
+        path.unlink(missing_ok=True)
+
+
+IDS = {"ids": np.random.default_rng(0).integers(0, 50, (3, 5)).astype(np.int64)}
+
+
+@pytest.fixture(scope="module")
+def bert_act_fn():
+    return _export_bert("gelu", "act", 17)
+
+
+@pytest.fixture(scope="module")
+def bert_intermediate_fn():
+    return _export_bert("gelu_new", "intermediate", 17)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_torchscript_activation_function_fused_in_body(bert_act_fn, target):
+    """custom/standard: fused in the body (one fusion serves both calls); ort:
+    inlined (com.microsoft ops inside a function defeat onnx's type inference)."""
+    m = bert_act_fn
+    assert len(m.functions) == 1 and _anchors(m) == 1  # one body, two call sites
+    res = _check_all(m, IDS, target)
+    out = res.model
+    assert _anchors(out) == 0
+    if target == "ort":
+        assert len(res.fusions) == 2 and not any(fn.name == "GELUActivation" for fn in out.functions)
+        assert sorted("layer.0" in f.graph for f in res.fusions) == [False, True]
+        return
+    assert len(res.fusions) == 1
+    f = res.fusions[0]
+    assert f.form == "erf" and "GELUActivation" in f.graph and "layer.0" in f.graph and "layer.1" in f.graph
+    assert any(fn.name == "GELUActivation" for fn in out.functions)  # kept, now holding the fused op
+    assert _fused_ops(out, target) == 1
+    if target == "standard":
+        assert any("raised the default opset 17 -> 20" in n for n in res.notes)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_torchscript_intermediate_function_inlined_for_its_bias(bert_intermediate_fn, target):
+    """BertIntermediate's bias is a function input (an initializer at the call
+    site): custom/ort inline the two calls and fold the bias; standard (no
+    bias in Gelu-20) fuses in the body."""
+    m = bert_intermediate_fn
+    res = _check_all(m, IDS, target)
+    out = res.model
+    assert _anchors(out) == 0
+    if target == "standard":
+        assert len(res.fusions) == 1 and "BertIntermediate" in res.fusions[0].graph
+        assert any(fn.name == "BertIntermediate" for fn in out.functions)
+    else:
+        assert len(res.fusions) == 2 and all(f.bias and f.form == "tanh" for f in res.fusions)
+        sites = sorted(f.graph for f in res.fusions)
+        assert "layer.0" in sites[0] and "layer.1" in sites[1] and all("BertIntermediate" in s for s in sites)
+        assert any("inlined 2 calls" in n for n in res.notes)
+        assert not any(fn.name == "BertIntermediate" for fn in out.functions)
+
+
+def test_inspect_names_function_and_call_sites(bert_act_fn, bert_intermediate_fn, tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(bert_act_fn, src)
+    before = src.read_bytes()
+    p = subprocess.run([sys.executable, "-m", "gelu_onnx", "inspect", str(src)], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert "1 GELU found" in p.stdout and "function transformers.activations.GELUActivation" in p.stdout
+    assert src.read_bytes() == before
+    rep = gelu_onnx.inspect(bert_intermediate_fn)
+    assert len(rep.fusions) == 2 and all("BertIntermediate" in f.graph for f in rep.fusions)
+    assert len(bert_intermediate_fn.functions) == 1  # inspect changed nothing
+
+
+# --- onnxscript ------------------------------------------------------------------
+
+try:  # onnxscript resolves names from module globals: define at module level
+    from onnxscript import FLOAT, opset18 as op, script
+    from onnxscript.values import Opset
+
+    @script(Opset("test.local", 1), default_opset=op)
+    def TanhGelu(x):
+        return 0.5 * x * (1.0 + op.Tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+    @script(default_opset=op)
+    def onnxscript_main(x: FLOAT["N", 8], w: FLOAT[8, 8]) -> FLOAT["N", 8]:
+        return op.MatMul(TanhGelu(op.MatMul(x, w)), w)
+except ImportError:
+    onnxscript_main = None
+
+
+def _onnxscript_model() -> onnx.ModelProto:
+    if onnxscript_main is None:
+        pytest.skip("onnxscript is not installed")
+    return onnxscript_main.to_model_proto()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_onnxscript_function(target):
+    m = _onnxscript_model()
+    assert [f.name for f in m.functions] == ["TanhGelu"]
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32), "w": rng.standard_normal((8, 8)).astype(np.float32)}
+    res = _check_all(m, feeds, target)
+    assert [f.form for f in res.fusions] == ["tanh"] and "test.local.TanhGelu" in res.fusions[0].graph
+    assert any(fn.name == "TanhGelu" for fn in res.model.functions) == (target != "ort")
+    assert _anchors(res.model) == 0
+
+
+# --- call sites of different types ------------------------------------------------
+
+def _two_type_model() -> onnx.ModelProto:
+    """A polymorphic erf-GELU function (CastLike constants) called on float32
+    and on float16: no single body type, so both calls are inlined."""
+    def const(name, v):
+        return [h.make_node("Constant", [], [name + "_f"], value=h.make_tensor(name + "_t", TensorProto.FLOAT, [], [v])),
+                h.make_node("CastLike", [name + "_f", "x"], [name])]
+
+    body = [*const("s2", float(np.sqrt(2.0))), *const("one", 1.0), *const("half", 0.5),
+            h.make_node("Div", ["x", "s2"], ["a"]), h.make_node("Erf", ["a"], ["b"]),
+            h.make_node("Add", ["b", "one"], ["c"]), h.make_node("Mul", ["x", "c"], ["d"]),
+            h.make_node("Mul", ["d", "half"], ["y"])]
+    fn = h.make_function("test.poly", "G", ["x"], ["y"], body, [h.make_opsetid("", 17)])
+    g = h.make_graph(
+        [h.make_node("G", ["x32"], ["y32"], domain="test.poly", name="call32"),
+         h.make_node("G", ["x16"], ["y16"], domain="test.poly", name="call16")], "g",
+        [h.make_tensor_value_info("x32", TensorProto.FLOAT, [2, 6]),
+         h.make_tensor_value_info("x16", TensorProto.FLOAT16, [2, 6])],
+        [h.make_tensor_value_info("y32", TensorProto.FLOAT, [2, 6]),
+         h.make_tensor_value_info("y16", TensorProto.FLOAT16, [2, 6])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("test.poly", 1)],
+                        functions=[fn], ir_version=8)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_call_sites_of_two_types_are_inlined(target):
+    m = _two_type_model()
+    onnx.checker.check_model(m, full_check=True)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 6)) * 3
+    res = _check_all(m, {"x32": x.astype(np.float32), "x16": x.astype(np.float16)}, target, atol=2e-3)
+    assert sorted(f.dtype for f in res.fusions) == ["float16", "float32"]
+    assert sorted(f.graph.split(" ->")[0] for f in res.fusions) == ["call16", "call32"]
+    assert not any(fn.name == "G" for fn in res.model.functions)
