@@ -91,12 +91,25 @@ class GraphIndex:
         for name, t in self.initializers.items():
             self.value_types.setdefault(name, t.data_type)
             self.value_shapes.setdefault(name, list(t.dims))
-        for i, node in enumerate(graph.node):
-            for name in node.input:
-                if name:
-                    self.consumers.setdefault(name, []).append(i)
+        # One Python list of the nodes: indexing a protobuf repeated field
+        # builds a wrapper per access (the matcher makes millions).
+        # Likewise each node's non-empty inputs and op type, read once.
+        self.nodes: list[NodeProto] = list(graph.node)
+        self.ins: list[tuple[str, ...]] = []
+        self.ops: list[str] = []
+        consumers = self.consumers
+        for i, node in enumerate(self.nodes):
+            ins = tuple([name for name in node.input if name])
+            self.ins.append(ins)
+            self.ops.append(node.op_type)
+            for name in ins:
+                lst = consumers.get(name)
+                if lst is None:
+                    consumers[name] = [i]
+                else:
+                    lst.append(i)
             # A node with subgraphs reads every outer name its bodies use.
-            if any(True for _ in subgraphs(node)):
+            if node.attribute and any(True for _ in subgraphs(node)):
                 refs: set[str] = set()
                 for _, g in subgraphs(node):
                     refs |= outer_references(g)
@@ -111,7 +124,7 @@ class GraphIndex:
 
     # -- names ---------------------------------------------------------------
     def node(self, i: int) -> NodeProto:
-        return self.graph.node[i]
+        return self.nodes[i]
 
     def is_overridable(self, name: str) -> bool:
         """An initializer that is also a graph input can be fed at run time."""
@@ -161,7 +174,7 @@ class GraphIndex:
             return None if value is None else ConstInfo(value, t.data_type)
         if name in self.producer:
             i = self.producer[name]
-            node = self.graph.node[i]
+            node = self.nodes[i]
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 return _constant_node_value(node, i)
             if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
@@ -201,7 +214,7 @@ class GraphIndex:
         p = self.producer.get(name)
         if p is None:
             return None
-        node = self.graph.node[p]
+        node = self.nodes[p]
         if node.domain not in ("", "ai.onnx") or not node.input:
             return None
         if node.op_type == "Cast":

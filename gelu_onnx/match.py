@@ -129,15 +129,23 @@ def _scalar_const(idx: GraphIndex, name: str):
     """A constant a GELU spelling may contain: rank 0 or shape [1]. Any other
     constant (a bias vector, a weight, a [1,1] tensor) is just a tensor to the
     matcher: it can be the x of a GELU, never one of its constants."""
+    memo = idx.__dict__.get("_scalar")
+    if memo is None:
+        memo = idx.__dict__["_scalar"] = {}
+    if name in memo:
+        return memo[name]
     c = idx.constant(name)
-    return c if c is not None and _is_scalar(c.value) else None
+    memo[name] = c = c if c is not None and _is_scalar(c.value) else None
+    return c
 
 
 def _node_class(idx: GraphIndex, i: int) -> int:
     """Cached per node: 1 = may be inside a GELU region, 0 = not."""
-    cache = idx.__dict__.setdefault("_node_class", {})
-    k = cache.get(i)
-    if k is None:
+    cache = idx.__dict__.get("_node_class")
+    if cache is None:
+        cache = idx.__dict__["_node_class"] = [-1] * len(idx.nodes)
+    k = cache[i]
+    if k < 0:
         k = cache[i] = int(_region_node_ok(idx, i))
     return k
 
@@ -166,14 +174,13 @@ def _cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor
             continue
         p = idx.producer.get(t)
         k = 0 if p is None else _node_class(idx, p)
-        if k == 0 or (anchor is not None and p != anchor and idx.node(p).op_type in ANCHOR_OPS):
+        if k == 0 or (anchor is not None and p != anchor and idx.ops[p] in ANCHOR_OPS):
             if idx.is_overridable(t):
                 cone.overridable.append(t)
             cone.sources.append(t)
             if fail_fast:
                 return cone
             continue
-        node = idx.node(p)
         if len(cone.nodes) >= MAX_REGION_NODES:
             cone.truncated = True
             cone.sources.append(t)
@@ -181,7 +188,7 @@ def _cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor
                 return cone
             continue
         cone.nodes.add(p)
-        todo.extend(n for n in node.input if n)
+        todo.extend(idx.ins[p])
     return cone
 
 
@@ -197,9 +204,9 @@ def _root_candidates(idx: GraphIndex, anchor: int) -> list[str]:
         if d >= MAX_ROOT_DEPTH:
             continue
         for c in idx.consumers.get(t, []):
-            if not _node_class(idx, c) or idx.node(c).op_type in ANCHOR_OPS:
+            if not _node_class(idx, c) or idx.ops[c] in ANCHOR_OPS:
                 continue
-            o = idx.node(c).output[0]
+            o = idx.nodes[c].output[0]
             if o not in seen:
                 seen.add(o)
                 found.append((d + 1, o))
@@ -212,7 +219,7 @@ def _leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
     """Non-constant tensors upstream of the anchor, nearest first. x sits at
     most a few elementwise hops above the transcendental in every spelling."""
     out: list[str] = []
-    q = deque((n, 0) for n in idx.node(anchor).input if n)
+    q = deque((n, 0) for n in idx.ins[anchor])
     seen = {n for n, _ in q}
     while q:
         t, d = q.popleft()
@@ -220,10 +227,10 @@ def _leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
             continue
         out.append(t)
         p = idx.producer.get(t)
-        if d >= MAX_LEAF_DEPTH or p is None or _node_class(idx, p) != 1 or idx.node(p).op_type in ANCHOR_OPS:
+        if d >= MAX_LEAF_DEPTH or p is None or _node_class(idx, p) != 1 or idx.ops[p] in ANCHOR_OPS:
             continue
-        for n in idx.node(p).input:
-            if n and n not in seen:
+        for n in idx.ins[p]:
+            if n not in seen:
                 seen.add(n)
                 q.append((n, d + 1))
     return out
@@ -384,6 +391,55 @@ def _type_only_reader(idx: GraphIndex, c: int, o: str, region: set[int], consts)
     return out in consts and out not in idx.graph_outputs and all(r in region for r in idx.consumers.get(out, []))
 
 
+def _region_key(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts) -> tuple:
+    """Everything the numeric check reads, without names: per node its op,
+    Cast target and inputs (x, another region node by position, or a
+    constant by dtype and stored bytes), which node is the anchor and which
+    the root, and x's declared type. Equal keys = equal checks."""
+    pos = {}
+    for k, i in enumerate(nodes):
+        for o in idx.node(i).output:
+            pos[o] = k
+    parts = []
+    for i in nodes:
+        n = idx.node(i)
+        ins = []
+        for t in n.input:
+            if t == leaf:
+                ins.append(0)
+            elif t in pos:
+                ins.append(pos[t] + 1)
+            elif t in consts:
+                c = idx.constant(t)
+                ins.append((c.elem_type, c.value.dtype.str, c.value.tobytes()))
+            else:
+                ins.append(("?", t))  # never shared: no key collision with another region
+        to = next((a.i for a in n.attribute if a.name == "to"), None) if n.op_type == "Cast" else None
+        parts.append((n.op_type, to, tuple(ins)))
+    return tuple(parts), nodes.index(anchor), pos.get(root), idx.elem_type(leaf)
+
+
+def _checked(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts):
+    """The numeric check of one region, cached per graph by _region_key
+    (a chain of N identical GELUs is checked once). None when the 3-point
+    pre-check rejects it; else (form, alpha, err, tol, note, precision,
+    leaf_type, root_type)."""
+    cache = idx.__dict__.setdefault("_check_cache", {})
+    key = _region_key(idx, anchor, nodes, leaf, root, consts)
+    if key in cache:
+        return cache[key]
+    if idx.node(anchor).op_type != "Sigmoid" and not _roughly_gelu(idx, nodes, leaf, root):
+        cache[key] = None
+        return None
+    types = _types(idx, nodes, leaf, consts)
+    precision = _precision(types, consts, fallback=types.get(leaf))
+    form, alpha, err, tol, note = check_function(idx, anchor, nodes, leaf, root, precision)
+    leaf_type = types.get(leaf) or TensorProto.FLOAT
+    root_type = types.get(root) or leaf_type
+    cache[key] = (form, alpha, err, tol, note, precision, leaf_type, root_type)
+    return cache[key]
+
+
 def _intermediate_violation(idx: GraphIndex, nodes: list[int], root: str, consts=frozenset()):
     region = set(nodes)
     for i in nodes:
@@ -429,12 +485,11 @@ def match_anchor(idx: GraphIndex, anchor: int):
         nodes = sorted(sub.nodes)
         if sum(idx.node(i).op_type in ANCHOR_OPS for i in nodes) != 1:
             continue
-        if anode.op_type != "Sigmoid" and not _roughly_gelu(idx, nodes, leaf, root):
+        chk = _checked(idx, anchor, nodes, leaf, root, sub.consts)
+        if chk is None:
             rough.append((root, leaf, nodes, sub))
             continue
-        types = _types(idx, nodes, leaf, sub.consts)
-        precision = _precision(types, sub.consts, fallback=types.get(leaf))
-        form, alpha, err, tol, note = check_function(idx, anchor, nodes, leaf, root, precision)
+        form, alpha, err, tol, note, precision, leaf_type, root_type = chk
         if err > tol:
             if math.isfinite(err):
                 miss("tolerance", f"computes a function {err:.3g} away from the {form} GELU "
@@ -447,8 +502,6 @@ def match_anchor(idx: GraphIndex, anchor: int):
         if v:
             miss(*v)
             continue
-        leaf_type = types.get(leaf) or TensorProto.FLOAT
-        root_type = types.get(root) or leaf_type
         return Match(idx, anchor, root, leaf, nodes, set(sub.consts), form, alpha,
                      leaf_type, root_type, precision, err), None
     if not reasons and rough:
