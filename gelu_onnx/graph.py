@@ -180,8 +180,14 @@ class GraphIndex:
             if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
                 return self._cast_like(node, i)
             if node.op_type in FOLDABLE and node.domain in ("", "ai.onnx") and len(node.output) == 1:
-                ins = [self.constant(n) for n in node.input if n]
-                if ins and all(c is not None for c in ins) and all(c.value.size <= 16 for c in ins):
+                ins = []
+                for n in node.input:  # stop at the first non-constant input (most tensors)
+                    c = self.constant(n) if n else None
+                    if n and (c is None or c.value.size > 16):
+                        return None
+                    if n:
+                        ins.append(c)
+                if ins:
                     folded = _fold(node, [c.value for c in ins])
                     if folded is not None:
                         et = _elem_type_of(folded, ins[0].elem_type, node)

@@ -161,6 +161,7 @@ def _cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor
     cone = _Cone()
     seen: set[str] = set()
     todo = [root]
+    scalar = idx.__dict__.get("_scalar") or {}
     while todo:
         t = todo.pop()
         if t in seen:
@@ -169,7 +170,8 @@ def _cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor
         if t in stop and t != root:
             cone.sources.append(t)
             continue
-        if _scalar_const(idx, t) is not None:
+        c = scalar[t] if t in scalar else _scalar_const(idx, t)
+        if c is not None:
             cone.consts.add(t)
             continue
         p = idx.producer.get(t)
