@@ -41,8 +41,8 @@ def _same_file(a, b) -> bool:
 
 
 def _record(obj) -> dict:
-    if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
+    if dataclasses.is_dataclass(obj):  # flat records: a shallow copy (asdict deep-copies, 10k fusions = 1.4 s)
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if hasattr(obj, "_asdict"):
         return dict(obj._asdict())
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")}

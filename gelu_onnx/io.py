@@ -420,7 +420,8 @@ class _Validator:
         free: set = set()
         deps: list[set] = [set() for _ in nodes]
 
-        def use(name, i, what):
+        def use(name, i, n, via_subgraph=False):
+            # the reader's label is built only for the message (most reads are fine)
             if name in producer:
                 deps[i].add(producer[name])
             elif name in defined:
@@ -428,6 +429,7 @@ class _Validator:
             elif outer is not None and name in outer:
                 free.add(name)
             else:
+                what = ("a subgraph of node " if via_subgraph else "node ") + _node_label(n, i)
                 self.fail(f"{what} in {where} reads {_q(name)}, which is never defined "
                           "(no graph input, initializer or node output has that name)")
 
@@ -437,11 +439,11 @@ class _Validator:
                 self.tensor(t)
             for x in n.input:
                 if x:
-                    use(x, i, f"node {_node_label(n, i)}")
+                    use(x, i, n)
             for attr, sg in _subgraphs(n):
                 sub_path = f"{gpath}/{n.name or f'#{i}'}/{attr}".lstrip("/")
                 for x in self.graph(sg, sub_path, here):
-                    use(x, i, f"a subgraph of node {_node_label(n, i)}")
+                    use(x, i, n, via_subgraph=True)
         for o in g.output:
             if o.name in producer or o.name in defined:
                 continue
