@@ -1,0 +1,266 @@
+"""The full parity check: iterations, several providers, golden files, localize.
+
+One reference per iteration (the original run on the reference provider, or
+the golden outputs of a Polygraphy RunResults file), compared with the fused
+model run on each provider. Per output: the max errors of ``parity.compare``
+plus mean / median / p99 of |original - fused|, over all iterations; a
+tolerance per dtype, overridden per output name. With ``localize`` every
+GELU tensor of the original's main graph is compared too (gelu_onnx.localize).
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import errstats, feedfiles, localize, pairing, parity
+from .errors import InputError, UnsupportedError
+
+
+@dataclass
+class OutputStats(parity.OutputParity):
+    """A parity row with the distribution of the absolute error."""
+
+    mean_abs: float | None = None
+    median_abs: float | None = None
+    p99_abs: float | None = None
+
+
+@dataclass
+class ProviderRun:
+    provider: str
+    ok: bool
+    outputs: list[OutputStats]
+    fusions: list[dict] = field(default_factory=list)
+    first_failure: str | None = None  # the first GELU (in the original's order) that fails
+
+
+@dataclass
+class CheckReport:
+    ok: bool
+    outputs: list[OutputStats]  # the first provider's rows (all of them in ``runs``)
+    inputs: list[dict]
+    provider: str
+    reference_provider: str | None  # None: golden outputs from a file
+    library: bool
+    opt_level: str
+    seed: int | None
+    original: str | None
+    fused: str
+    iterations: int = 1
+    providers: list[str] = field(default_factory=list)
+    runs: list[ProviderRun] = field(default_factory=list)
+    reference: str = "original"  # or "golden:<file> (<runner>)"
+    fusions: list[dict] = field(default_factory=list)  # localize, first provider
+    first_failure: str | None = None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return parity.json_safe(asdict(self))
+
+
+def provider_problem(provider: str) -> str | None:
+    """Why this provider cannot run here (None: it can)."""
+    if provider == "cpu":
+        return None
+    if provider == "cuda":
+        try:
+            parity._ort_providers("cuda")
+        except UnsupportedError as e:
+            return e.message
+        return None
+    if provider == "tensorrt":
+        if importlib.util.find_spec("tensorrt") is None:
+            return "--provider tensorrt needs TensorRT's Python package (tensorrt), which is not installed"
+        return None
+    return f"unknown provider '{provider}' (choose from {', '.join(parity.PROVIDERS)})"
+
+
+def _diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """|ref - got| where both are finite (empty for exact dtypes or a shape mismatch)."""
+    ref, got = np.asarray(ref), np.asarray(got)
+    if ref.shape != got.shape or parity.tolerance_for(parity._dtype_str(ref)) is None:
+        return np.empty(0)
+    a, b = ref.astype(np.float64), got.astype(np.float64)
+    fin = np.isfinite(a) & np.isfinite(b)
+    return np.abs(a[fin] - b[fin])
+
+
+def compare(ref_out: Mapping, got_out: Mapping, tolerances=None, output_tolerances=None) -> list[OutputStats]:
+    """parity.compare's rows with error statistics and per-name tolerances."""
+    rows = []
+    for row in parity.compare(ref_out, got_out, tolerances):
+        over = (output_tolerances or {}).get(row.name)
+        if over and row.name in ref_out and row.name in got_out:
+            merged = {dt: dict(v) for dt, v in (tolerances or {}).items()}
+            merged.setdefault(row.dtype, {}).update(over)
+            row = parity.compare_one(row.name, ref_out[row.name], got_out[row.name], merged)
+        s = OutputStats(**asdict(row))
+        if row.name in ref_out and row.name in got_out:
+            errstats.keep(s, _diff(ref_out[row.name], got_out[row.name]))
+        rows.append(s)
+    return rows
+
+
+class _Model:
+    """A fused or original model and its runners, one per provider (sessions reused)."""
+
+    def __init__(self, loaded, label: str, use_library: bool, opt_level: str):
+        self.loaded, self.label, self.use, self.opt = loaded, label, use_library, opt_level
+        self._ort: dict[str, parity.OrtRunner] = {}
+
+    def run(self, provider: str, feeds: Mapping[str, np.ndarray]) -> tuple[dict, float]:
+        t0 = time.perf_counter()
+        if provider == "tensorrt":
+            out = parity.run(self.loaded, feeds, "tensorrt", label=self.label)
+        else:
+            r = self._ort.get(provider)
+            if r is None:
+                r = self._ort[provider] = parity.OrtRunner(self.loaded, provider, self.use, self.opt, label=self.label)
+            out = r.run({k: v for k, v in feeds.items() if k in r.input_names})
+        return out, time.perf_counter() - t0
+
+
+def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default, scale, allow_pickle):
+    """(feeds per iteration, source, seed or None)."""
+    model = original.model if original is not None else fused_model
+    if inputs is None:
+        n = iterations or 1
+        return [parity.make_inputs(model, seed=seed + i, overrides=dims, dim_default=dim_default, scale=scale)
+                for i in range(n)], "random", seed
+    if isinstance(inputs, Mapping):
+        its, source = [dict(inputs)], "given"
+    elif isinstance(inputs, (list, tuple)):
+        its, source = [dict(f) for f in inputs], "given"
+    else:
+        its = feedfiles.load_inputs(inputs, model, allow_pickle=allow_pickle)
+        source = f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
+    if iterations is not None and iterations != len(its):
+        raise InputError(f"--iterations {iterations}: the inputs hold {len(its)} iteration(s)")
+    return its, source, None
+
+
+def check(original, fused, *, seed: int = 0, iterations: int | None = None, inputs=None,
+          dims: Mapping[str, int] | None = None, dim_default: int = parity.DIM_DEFAULT, scale: float = 1.0,
+          tolerances=None, output_tolerances: Mapping[str, Mapping[str, float]] | None = None,
+          providers: Sequence[str] = ("cpu",), reference_provider: str | None = None,
+          use_library: bool | None = None, opt_level: str = "all", save_inputs=None, save_outputs=None,
+          reference_outputs=None, localize_gelus: bool = False, allow_pickle: bool = False) -> CheckReport:
+    """Run the reference and the fused model on the same inputs; compare every output.
+
+    ``original``: path / ModelProto / LoadedModel, or None with
+    ``reference_outputs`` (a Polygraphy RunResults file; then ``inputs`` must
+    be the inputs those outputs were made from). ``providers``: where the
+    fused model runs, each compared with the reference; the original runs on
+    ``reference_provider`` (default: the first provider). ``localize_gelus``:
+    also compare every GELU tensor of the original's main graph."""
+    providers = list(dict.fromkeys(providers)) or ["cpu"]
+    reference_provider = reference_provider or providers[0]
+    if original is None and reference_outputs is None:
+        raise InputError("give ORIGINAL.onnx, or golden outputs with --reference-outputs")
+    if reference_outputs is not None and inputs is None:
+        raise InputError("--reference-outputs needs --inputs: the inputs the golden outputs were made from")
+    if localize_gelus and original is None:
+        raise InputError("--localize needs ORIGINAL.onnx: the GELU tensors are compared with the original's")
+    if iterations is not None and iterations < 1:
+        raise InputError(f"--iterations must be >= 1, got {iterations}")
+    bad = [m for m in (provider_problem(p) for p in providers + [reference_provider]) if m]
+    for m in bad:
+        if m.startswith("unknown provider"):
+            raise InputError(m)
+    if bad:
+        raise UnsupportedError("; ".join(dict.fromkeys(bad)))
+    lo = parity.load(original) if original is not None else None
+    lf = parity.load(fused)
+    feeds_its, source, seed = _feeds(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
+                                     dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
+    if save_inputs is not None:
+        feedfiles.save_inputs(feeds_its, save_inputs)
+    problems, notes, warnings = [], [], []
+    gone = pairing.custom_ops_gone(lf.model)
+    if gone:
+        warnings.append(gone)
+    need_f = {s.name for s in parity.input_specs(lf.model)}
+    missing = sorted(need_f - set(feeds_its[0]))
+    if missing:
+        had = "the original does not have" if lo is not None else "the inputs file does not hold"
+        raise InputError(f"the fused model needs input(s) {had}: {', '.join(missing)}")
+    if lo is not None:
+        dropped = {s.name for s in parity.input_specs(lo.model)} - need_f
+        if dropped:
+            problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
+    use = parity._resolve_library(use_library)
+    if "tensorrt" in providers + [reference_provider]:
+        notes.append("TensorRT runs the model through gelu_onnx.tensorrt (the library flag does not apply there)")
+
+    sites, o_model, f_model = [], lo, lf
+    if localize_gelus:
+        ex = localize.expose(lo, lf)
+        sites, notes = ex.sites, notes + ex.notes
+        o_model = parity.load(ex.original, base_dir=lo.base_dir)
+        f_model = parity.load(ex.fused, base_dir=lf.base_dir)
+    model_outputs = [o.name for o in (lo or lf).model.graph.output]
+
+    # the reference, per iteration
+    golden_runner = None
+    ref_its, ref_times = [], []
+    if reference_outputs is not None:
+        golden_runner, ref_its = feedfiles.load_reference_outputs(reference_outputs, lf.model, allow_pickle=allow_pickle)
+        if len(ref_its) != len(feeds_its):
+            raise InputError(f"--reference-outputs {reference_outputs}: {len(ref_its)} iteration(s) of outputs "
+                             f"for {len(feeds_its)} iteration(s) of inputs")
+        model_outputs = list(ref_its[0])
+    ref_runner = _Model(o_model, "original", use, opt_level) if o_model is not None else None
+    ref_gelus = []
+    for i, feeds in enumerate(feeds_its):
+        if ref_runner is not None and (reference_outputs is None or sites):
+            out, t = ref_runner.run(reference_provider, feeds)
+            mo, go = localize.split(out, sites, model_outputs)
+            ref_gelus.append(go)
+            if reference_outputs is None:
+                ref_its.append(mo)
+                ref_times.append(t)
+
+    runs, saved = [], []
+    fused_outputs = [o.name for o in lf.model.graph.output]
+    fm = _Model(f_model, "fused", use, opt_level)
+    for p in providers:
+        per_out, per_gelu, outs, times = [], [], [], []
+        for i, feeds in enumerate(feeds_its):
+            out, t = fm.run(p, feeds)
+            mo, go = localize.split(out, sites, fused_outputs)
+            outs.append(mo)
+            times.append(t)
+            per_out.append(compare(ref_its[i], mo, tolerances, output_tolerances))
+            if sites:
+                per_gelu.append(compare(ref_gelus[i], go, tolerances, output_tolerances))
+        rows = [errstats.merge([it[j] for it in per_out]) for j in range(len(per_out[0]))]
+        fusions = []
+        if sites:
+            by_name = [{r.name: r for r in it} for it in per_gelu]
+            for s in sites:
+                row = errstats.merge([b[s.tensor] for b in by_name]) if s.in_fused else None
+                fusions.append(localize.fusion_record(s, row))
+        first = next((f["tensor"] for f in fusions if not f["pass"]), None)
+        ok = not problems and all(r.passed for r in rows) and first is None
+        runs.append(ProviderRun(p, ok, rows, fusions, first))
+        saved.append((f"gelu-onnx-fused-{p}", outs, times))
+
+    if save_outputs is not None:
+        ref_name = golden_runner or f"gelu-onnx-original-{reference_provider}"
+        docs = [(ref_name, ref_its, ref_times)] + saved
+        feedfiles.save_outputs([(n, o) for n, o, _ in docs], save_outputs, {n: t for n, _, t in docs})
+    return CheckReport(
+        ok=all(r.ok for r in runs), outputs=runs[0].outputs,
+        inputs=parity.describe_inputs(feeds_its[0], source), provider=providers[0],
+        reference_provider=None if reference_outputs is not None else reference_provider, library=use,
+        opt_level=opt_level, seed=seed, original=None if original is None else parity._label(original),
+        fused=parity._label(fused), iterations=len(feeds_its), providers=providers, runs=runs,
+        reference=f"golden:{reference_outputs} ({golden_runner})" if reference_outputs is not None else "original",
+        fusions=runs[0].fusions, first_failure=runs[0].first_failure,
+        problems=problems, notes=notes, warnings=warnings)
