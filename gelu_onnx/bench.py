@@ -103,7 +103,14 @@ def versions() -> dict:
 BLOCK = 3
 
 
-def _time_pair(a: parity.OrtRunner, b: parity.OrtRunner, feeds_a, feeds_b, warmup: int, repeats: int):
+def runs_per_level(warmup: int, repeats: int) -> int:
+    """Session runs per optimization level (both sessions): the parity run, the
+    warmup, one untimed run per block and the timed runs; for progress bars."""
+    return 2 * (1 + warmup + (repeats + BLOCK - 1) // BLOCK + repeats)
+
+
+def _time_pair(a: parity.OrtRunner, b: parity.OrtRunner, feeds_a, feeds_b, warmup: int, repeats: int,
+               tick=lambda n=1: None):
     """``repeats`` timed runs of each session, in interleaved blocks: per round
     each session does one untimed run and then up to BLOCK timed ones, and the
     session that goes first alternates. Why blocks: after a run, ONNX Runtime's
@@ -115,15 +122,18 @@ def _time_pair(a: parity.OrtRunner, b: parity.OrtRunner, feeds_a, feeds_b, warmu
     for _ in range(warmup):
         a.run(feeds_a)
         b.run(feeds_b)
+        tick(2)
     ta, tb = [], []
     for i in range((repeats + BLOCK - 1) // BLOCK):
         order = ((a, feeds_a, ta), (b, feeds_b, tb)) if i % 2 == 0 else ((b, feeds_b, tb), (a, feeds_a, ta))
         for r, f, acc in order:
             r.run(f)
+            tick()
             for _ in range(min(BLOCK, repeats - len(acc))):
                 t0 = time.perf_counter()
                 r.run(f)
                 acc.append((time.perf_counter() - t0) * 1e3)
+                tick()
     return ta, tb
 
 
@@ -142,9 +152,13 @@ def bench(
     inputs=None,
     dims=None,
     dim_default: int = BENCH_DIM_DEFAULT,
+    allow_pickle: bool = False,
+    progress=None,
 ) -> BenchReport:
     """Time ``original`` against ``fused`` (path or ModelProto; None = fuse
-    ``original`` in memory with ``target``)."""
+    ``original`` in memory with ``target``). ``fused`` must have the
+    original's interface (InputError otherwise). ``progress(n)`` is called
+    after every n session runs (``runs_per_level`` per optimization level)."""
     if threads < 1:
         raise InputError(f"--threads must be >= 1, got {threads}")
     if warmup < 0 or repeats < 1:
@@ -169,11 +183,19 @@ def bench(
     else:
         fused_arg = parity.load(fused)
         target = None
+        from .pairing import interface_differences
+
+        diffs = interface_differences(po, fused_arg.model)
+        if diffs:
+            raise InputError(f"{parity._label(original)} and {parity._label(fused)} are not an original and its "
+                             f"fused model: {'; '.join(diffs)}")
     if inputs is None:
         feeds, src = parity.make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
     else:
-        feeds, src = parity.load_npz(inputs, po), f"npz:{inputs}"
+        feeds, src = parity.load_npz(inputs, po, allow_pickle), \
+            f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
     use = parity._resolve_library(use_library)
+    tick = progress or (lambda n=1: None)
     results = []
     for lvl in opt_levels:
         ro = parity.OrtRunner(lo, provider, use, lvl, threads, label="original")
@@ -181,7 +203,8 @@ def bench(
         fo = {k: v for k, v in feeds.items() if k in ro.input_names}
         ff = {k: v for k, v in feeds.items() if k in rf.input_names}
         rows = parity.compare(ro.run(fo), rf.run(ff))
-        ta, tb = _time_pair(ro, rf, fo, ff, warmup, repeats)
+        tick(2)
+        ta, tb = _time_pair(ro, rf, fo, ff, warmup, repeats, tick)
         mo, mf = statistics.median(ta), statistics.median(tb)
         results.append(Timing(lvl, mo, mf, mf / mo if mo > 0 else float("inf"), min(ta), min(tb),
                               all(r.passed for r in rows), repeats))

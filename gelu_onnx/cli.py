@@ -262,28 +262,43 @@ def cmd_inspect(args) -> int:
 
     _need_file(args.input)
     skel = _skeleton(args.input)
+    target = args.target or "custom"
     if skel is not None:
         with skel, skel.in_folder():
-            rep = _inspect(skel.loaded)
+            rep = _inspect(skel.loaded, target)
+            warning = _ops_gone(skel.loaded.model)
     else:
-        rep = _inspect(_load(args.input))
+        loaded = _load(args.input)
+        rep = _inspect(loaded, target)
+        warning = _ops_gone(loaded.model)
+    if warning:
+        print(f"gelu-onnx: warning: {warning}", file=sys.stderr)
     fusions = [_record(f) for f in rep.fusions]
     near = [_record(n) for n in rep.near_misses]
     if args.json:
-        _emit_json({"ok": True, "input": args.input, "gelus": len(fusions), "fusions": fusions, "near_misses": near})
+        _emit_json({"ok": True, "input": args.input, "target": target, "gelus": len(fusions), "fusions": fusions,
+                    "near_misses": near, "warnings": [warning] if warning else []})
         return 0
-    print(f"{args.input}: {_n(len(fusions), 'GELU')} found, {_n(len(near), 'near-miss')}")
+    shown = f" [target {target}]" if args.target else ""
+    print(f"{args.input}: {_n(len(fusions), 'GELU')} found, {_n(len(near), 'near-miss')}{shown}")
     if fusions:
         rows = [[_graph(f.get("graph")), f.get("root"), f.get("form"), "yes" if f.get("bias") else "no",
                  "" if f.get("alpha") is None else f"{f['alpha']:g}", f.get("dtype"), len(f.get("nodes") or [])]
-                for f in fusions]
+                + ([f.get("op")] if args.target else []) for f in fusions]
         print()
-        print(_table(rows, ["graph", "root", "form", "bias", "alpha", "dtype", "nodes"]))
+        print(_table(rows, ["graph", "root", "form", "bias", "alpha", "dtype", "nodes"]
+                     + (["becomes"] if args.target else [])))
     if near:
         print()
         print(_table([[_graph(n.get("graph")), n.get("anchor"), n.get("code"), n.get("reason")] for n in near],
                      ["graph", "anchor", "code", "reason"]))
     return 0
+
+
+def _ops_gone(model) -> str | None:
+    from .pairing import custom_ops_gone
+
+    return custom_ops_gone(model)
 
 
 def _fmt(x, spec=".3g") -> str:
@@ -292,40 +307,113 @@ def _fmt(x, spec=".3g") -> str:
     return format(x, spec) if isinstance(x, float) else str(x)
 
 
-def cmd_check(args) -> int:
-    from . import parity
+def _tol_by_name(s: str):
+    """NAME:RTOL,ATOL (one output or GELU tensor)."""
+    name, sep, vals = s.rpartition(":")
+    parts = vals.split(",")
+    if not sep or not name or len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected NAME:RTOL,ATOL, got '{s}'")
+    try:
+        rtol, atol = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}': RTOL and ATOL must be numbers") from None
+    if not (0 <= rtol < float("inf") and 0 <= atol < float("inf")):
+        raise argparse.ArgumentTypeError(f"'{s}': tolerances must be finite numbers >= 0")
+    return name, {"rtol": rtol, "atol": atol}
 
-    _need_file(args.original)
-    _need_file(args.fused)
-    if args.inputs is not None:
-        _need_file(args.inputs)
-    rep = parity.check(
-        args.original, args.fused,
-        seed=args.seed, inputs=args.inputs, dims=_dims(args), dim_default=args.dim_default, scale=args.scale,
-        tolerances=_tolerances(args), provider=args.provider, reference_provider=args.reference_provider,
-        use_library=False if args.no_library else None, opt_level=args.opt_level, save_inputs=args.save_inputs,
+
+def _providers(s: str) -> list[str]:
+    from .parity import PROVIDERS
+
+    ps = [p.strip() for p in s.split(",") if p.strip()]
+    bad = [p for p in ps if p not in PROVIDERS]
+    if not ps or bad:
+        raise argparse.ArgumentTypeError(f"'{s}': choose a comma-separated list from {', '.join(PROVIDERS)}")
+    return ps
+
+
+def cmd_check(args) -> int:
+    from . import parity_check
+
+    models = list(args.models)
+    if len(models) > 2:
+        raise InputError(f"check takes ORIGINAL.onnx FUSED.onnx (or FUSED.onnx with --reference-outputs), got {len(models)} files")
+    if len(models) == 1 and args.reference_outputs is None:
+        raise InputError("check needs ORIGINAL.onnx FUSED.onnx, or FUSED.onnx with --reference-outputs golden.json")
+    original, fused = (None, models[0]) if len(models) == 1 else models
+    for path in [m for m in models] + [x for x in (args.inputs, args.reference_outputs) if x is not None]:
+        _need_file(path)
+    rep = parity_check.check(
+        original, fused,
+        seed=args.seed, iterations=args.iterations, inputs=args.inputs, dims=_dims(args),
+        dim_default=args.dim_default, scale=args.scale, tolerances=_tolerances(args),
+        output_tolerances=dict(args.tol or []), providers=args.provider or ["cpu"],
+        reference_provider=args.reference_provider, use_library=False if args.no_library else None,
+        opt_level=args.opt_level, save_inputs=args.save_inputs, save_outputs=args.save_outputs,
+        reference_outputs=args.reference_outputs, localize_gelus=args.localize, allow_pickle=args.allow_pickle,
     )
+    for w in rep.warnings:
+        print(f"gelu-onnx: warning: {w}", file=sys.stderr)
     if args.json:
         _emit_json(rep.to_dict())
         return 0 if rep.ok else 1
-    where = args.provider if rep.reference_provider == rep.provider else f"{rep.provider} (original on {rep.reference_provider})"
-    print(f"check {args.original} vs {args.fused}: provider {where}, "
-          f"library {'yes' if rep.library else 'no'}, opt level {rep.opt_level}")
+    ref = f"golden outputs {args.reference_outputs}" if original is None or args.reference_outputs else original
+    where = ", ".join(rep.providers)
+    if rep.reference_provider and rep.reference_provider != rep.providers[0]:
+        where += f" (original on {rep.reference_provider})"
+    print(f"check {ref} vs {fused}: provider {where}, library {'yes' if rep.library else 'no'}, "
+          f"opt level {rep.opt_level}, {_n(rep.iterations, 'iteration')}")
     src = "random, seed %d" % rep.seed if rep.seed is not None else rep.inputs[0]["source"] if rep.inputs else "none"
     print(f"inputs ({src}): " + ", ".join(f"{i['name']} {i['dtype']} {i['shape']}" for i in rep.inputs))
-    rows = [[r.name, r.dtype, r.shape, _fmt(r.max_abs), _fmt(r.max_rel), _fmt(r.max_ulp), _fmt(r.rtol), _fmt(r.atol),
-             "PASS" if r.passed else "FAIL"] for r in rep.outputs]
-    print(_table(rows, ["output", "dtype", "shape", "max_abs", "max_rel", "max_ulp", "rtol", "atol", "result"]))
-    for r in rep.outputs:
-        if r.message:
-            print(f"  {r.name}: {r.message}")
+    for run in rep.runs:
+        if len(rep.runs) > 1:
+            print(f"\n[{run.provider}]")
+        _print_rows(run.outputs, "output")
+        if run.fusions:
+            print()
+            _print_fusions(run.fusions, run.first_failure)
+    if len(rep.runs) > 1:
+        print()
+        rows = [[r.provider, f"{sum(o.passed for o in r.outputs)}/{len(r.outputs)}",
+                 _fmt(max((o.max_abs for o in r.outputs if o.max_abs is not None), default=None)),
+                 _fmt(max((o.max_ulp for o in r.outputs if o.max_ulp is not None), default=None)),
+                 r.first_failure or "-", "PASS" if r.ok else "FAIL"] for r in rep.runs]
+        print(_table(rows, ["provider", "outputs ok", "worst max_abs", "worst max_ulp", "first failing GELU", "result"]))
     for p in rep.problems:
         print(f"problem: {p}")
     for n in rep.notes:
         print(f"note: {n}")
     passed = sum(r.passed for r in rep.outputs)
-    print(f"{'PASS' if rep.ok else 'FAIL'}: {passed} of {len(rep.outputs)} outputs within tolerance")
+    tail = f"{passed} of {len(rep.outputs)} outputs within tolerance"
+    if len(rep.runs) > 1:
+        tail += f" on {rep.runs[0].provider}; {sum(r.ok for r in rep.runs)} of {len(rep.runs)} providers pass"
+    if rep.fusions:
+        tail += f"; {sum(f['pass'] for f in rep.fusions)} of {len(rep.fusions)} GELUs"
+    print(f"{'PASS' if rep.ok else 'FAIL'}: {tail}")
     return 0 if rep.ok else 1
+
+
+def _print_rows(rows, what: str) -> None:
+    table = [[r.name, r.dtype, r.shape, _fmt(r.max_abs), _fmt(r.mean_abs), _fmt(r.median_abs), _fmt(r.p99_abs),
+              _fmt(r.max_rel), _fmt(r.max_ulp), _fmt(r.rtol), _fmt(r.atol), "PASS" if r.passed else "FAIL"]
+             for r in rows]
+    print(_table(table, [what, "dtype", "shape", "max_abs", "mean_abs", "median_abs", "p99_abs", "max_rel",
+                         "max_ulp", "rtol", "atol", "result"]))
+    for r in rows:
+        if r.message:
+            print(f"  {r.name}: {r.message}")
+
+
+def _print_fusions(fusions, first) -> None:
+    table = [[f["tensor"], f["summary"], _fmt(f.get("max_abs")), _fmt(f.get("p99_abs")), _fmt(f.get("max_ulp")),
+              "PASS" if f["pass"] else "FAIL"] for f in fusions]
+    print(_table(table, ["GELU tensor", "original GELU (inspect)", "max_abs", "p99_abs", "max_ulp", "result"]))
+    for f in fusions:
+        if not f["pass"] and f.get("message"):
+            print(f"  {f['tensor']}: {f['message']}")
+    if first:
+        f = next(x for x in fusions if x["tensor"] == first)
+        print(f"first failing GELU: {first} ({f['summary']})")
 
 
 def cmd_bench(args) -> int:
@@ -337,12 +425,18 @@ def cmd_bench(args) -> int:
     if args.inputs is not None:
         _need_file(args.inputs)
     levels = [s.strip() for s in args.opt_levels.split(",") if s.strip()]
-    rep = _bench.bench(
-        args.original, args.fused, target=args.target, opt_levels=levels, threads=args.threads,
-        warmup=args.warmup, repeats=args.repeats, provider=args.provider,
-        use_library=False if args.no_library else None, seed=args.seed, inputs=args.inputs,
-        dims=_dims(args), dim_default=args.dim_default,
-    )
+    # progress on stderr, only when it is a terminal (tqdm's disable=None)
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(levels) * _bench.runs_per_level(args.warmup, args.repeats), desc="bench", unit="run",
+               disable=None, file=sys.stderr, leave=False)
+    with bar:
+        rep = _bench.bench(
+            args.original, args.fused, target=args.target, opt_levels=levels, threads=args.threads,
+            warmup=args.warmup, repeats=args.repeats, provider=args.provider,
+            use_library=False if args.no_library else None, seed=args.seed, inputs=args.inputs,
+            dims=_dims(args), dim_default=args.dim_default, allow_pickle=args.allow_pickle, progress=bar.update,
+        )
     if args.json:
         _emit_json(rep.to_dict())
         return 0
@@ -367,7 +461,10 @@ def cmd_bench(args) -> int:
 
 def _add_input_args(p, dim_default: int) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument("--inputs", metavar="FILE.npz", help="feed these arrays instead of random ones (one per model input)")
+    p.add_argument("--inputs", metavar="FILE", help="feed these arrays instead of random ones: .npz, or Polygraphy "
+                                                    "saved inputs (JSON, e.g. polygraphy run --save-inputs)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="UNSAFE: let --inputs/--reference-outputs hold pickled object arrays (pickle can run code)")
     p.add_argument("--dim", type=_dim, action="append", metavar="NAME=VALUE",
                    help="size of a named (symbolic) input dimension; repeatable")
     p.add_argument("--dim-default", type=_nonneg_int, default=dim_default, metavar="N",
@@ -404,26 +501,42 @@ def build_parser() -> argparse.ArgumentParser:
                        description="List every GELU found (graph, root tensor, form, bias, dtype) and every "
                                    "near-miss with the reason it is not fused. Nothing is written.")
     p.add_argument("input", metavar="IN.onnx")
+    p.add_argument("--target", choices=TARGETS, default=None,
+                   help="show what fuse --target would do: the op each GELU becomes, and the GELUs that target "
+                        "cannot express (near-misses); default: custom, without the op column")
     p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("check", help="parity: run original and fused on the same inputs, compare outputs",
                        description="Run ORIGINAL and FUSED on the same inputs and compare every output "
                                    "(max abs/rel error, ulp). Exit 1 when any output is outside tolerance.")
-    p.add_argument("original", metavar="ORIGINAL.onnx")
-    p.add_argument("fused", metavar="FUSED.onnx")
+    p.add_argument("models", nargs="+", metavar="ORIGINAL.onnx FUSED.onnx",
+                   help="the original and the fused model; only FUSED.onnx with --reference-outputs")
     _add_input_args(p, DIM_DEFAULT)
+    p.add_argument("--iterations", type=_positive_int, default=None, metavar="N",
+                   help="run N iterations (random inputs: seeds SEED..SEED+N-1; default 1, or every iteration of --inputs)")
     p.add_argument("--scale", type=float, default=1.0, help="random floats are N(0,1) * SCALE (default 1)")
     p.add_argument("--rtol", type=_tol, action="append", metavar="[DTYPE=]VALUE",
                    help="relative tolerance for every float output, or for one dtype; repeatable")
     p.add_argument("--atol", type=_tol, action="append", metavar="[DTYPE=]VALUE",
                    help="absolute tolerance, same forms as --rtol")
-    p.add_argument("--provider", choices=PROVIDERS, default="cpu",
-                   help="where the fused model runs: cpu (default), cuda (needs onnxruntime-gpu), tensorrt")
+    p.add_argument("--tol", type=_tol_by_name, action="append", metavar="NAME:RTOL,ATOL",
+                   help="tolerance of one output (or GELU tensor with --localize); wins over --rtol/--atol; repeatable")
+    p.add_argument("--provider", type=_providers, default=None, metavar="P[,P...]",
+                   help=f"where the fused model runs, each compared with the reference: {', '.join(PROVIDERS)} "
+                        "(default cpu; cuda needs onnxruntime-gpu)")
     p.add_argument("--reference-provider", choices=PROVIDERS, default=None,
-                   help="where the original runs (default: same as --provider)")
+                   help="where the original runs (default: the first --provider)")
     p.add_argument("--opt-level", choices=OPT_LEVELS, default="all", help="ONNX Runtime graph optimization level (default all)")
-    p.add_argument("--save-inputs", metavar="FILE.npz", help="also write the inputs used, for re-running with --inputs")
+    p.add_argument("--localize", action="store_true",
+                   help="also compare every GELU's output tensor with the original's, and name the first that fails")
+    p.add_argument("--reference-outputs", metavar="GOLDEN.json",
+                   help="compare with these golden outputs (Polygraphy RunResults, e.g. polygraphy run --save-outputs) "
+                        "made from --inputs; ORIGINAL.onnx may then be left out")
+    p.add_argument("--save-inputs", metavar="FILE", help="also write the inputs used (.json: Polygraphy format, "
+                                                          "every iteration; else .npz), for re-running with --inputs")
+    p.add_argument("--save-outputs", metavar="FILE.json",
+                   help="write the reference's and the fused model's outputs as Polygraphy RunResults JSON")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("bench", help="time original vs fused in ONNX Runtime",

@@ -37,10 +37,11 @@ class Exposed:
 
 
 def _summary(f: dict) -> str:
+    """One line as inspect says it (the node names are in the description)."""
     alpha = f" alpha={f['alpha']:g}" if f.get("alpha") is not None else ""
     bias = " with bias" if f.get("bias") else ""
-    return f"{f['form']} GELU{bias}{alpha} ({f['dtype']}, {len(f.get('nodes') or [])} nodes: " \
-           f"{', '.join((f.get('nodes') or [])[:4])}{', ...' if len(f.get('nodes') or []) > 4 else ''})"
+    where = f" in {f['graph']}" if f.get("graph") else ""
+    return f"{f['form']} GELU{bias}{alpha}, {f['dtype']}, {len(f.get('nodes') or [])} nodes{where}"
 
 
 def _elem_type(g: onnx.GraphProto, name: str, dtype: str) -> int:
