@@ -214,6 +214,17 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         if len(ref_its) != len(feeds_its):
             raise InputError(f"--reference-outputs {reference_outputs}: {len(ref_its)} iteration(s) of outputs "
                              f"for {len(feeds_its)} iteration(s) of inputs")
+        # Polygraphy may have marked more tensors (--onnx-outputs mark all): like its
+        # comparator, compare what the fused model outputs and say what was left
+        fo = [o.name for o in lf.model.graph.output]
+        extra = sorted(set().union(*ref_its) - set(fo))
+        if extra and not set().union(*ref_its) & set(fo):
+            raise InputError(f"--reference-outputs {reference_outputs}: none of its tensors is an output of the "
+                             f"fused model (it has {', '.join(extra[:5])}; the model outputs {', '.join(fo)})")
+        if extra:
+            notes.append(f"{len(extra)} golden tensor(s) that are not outputs of the fused model were not compared: "
+                         f"{', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''}")
+            ref_its = [{k: v for k, v in it.items() if k in fo} for it in ref_its]
         model_outputs = list(ref_its[0])
     ref_runner = _Model(o_model, "original", use, opt_level) if o_model is not None else None
     ref_gelus = []
