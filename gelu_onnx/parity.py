@@ -5,8 +5,8 @@ Inputs are either seeded random tensors built from the declared graph inputs
 in a real ONNX Runtime session (or TensorRT, via ``gelu_onnx.tensorrt``);
 outputs are matched by name and compared per output with the default
 tolerance of the output's dtype (``contract.PARITY_TOLERANCE``), which the
-caller may override. Nothing here raises on a mismatch: :func:`check` returns
-a :class:`ParityReport` whose ``ok`` the CLI maps to exit 1.
+caller may override. Nothing here raises on a mismatch: :func:`check`
+(gelu_onnx.parity_check) returns a report whose ``ok`` the CLI maps to exit 1.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import ctypes
 import os
 import re
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import onnx
@@ -553,26 +553,6 @@ def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[s
 # --- the check ---------------------------------------------------------------
 
 
-@dataclass
-class ParityReport:
-    ok: bool
-    outputs: list[OutputParity]
-    inputs: list[dict]
-    provider: str
-    reference_provider: str
-    library: bool
-    opt_level: str
-    seed: int | None
-    original: str
-    fused: str
-    problems: list[str] = field(default_factory=list)  # interface failures (they make ok False)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        return json_safe(d)
-
-
 def json_safe(x):
     """Non-finite floats as the strings 'inf' / '-inf' / 'nan' (strict JSON has none)."""
     if isinstance(x, float) and not np.isfinite(x):
@@ -584,75 +564,15 @@ def json_safe(x):
     return x
 
 
-def check(
-    original,
-    fused,
-    *,
-    seed: int = 0,
-    inputs=None,
-    dims: Mapping[str, int] | None = None,
-    dim_default: int = DIM_DEFAULT,
-    scale: float = 1.0,
-    tolerances: Mapping[str, Mapping[str, float]] | None = None,
-    provider: str = "cpu",
-    reference_provider: str | None = None,
-    use_library: bool | None = None,
-    opt_level: str = "all",
-    save_inputs=None,
-) -> ParityReport:
-    """Run both models on the same inputs and compare every output.
+def check(original, fused, *, provider: str = "cpu", **kwargs):
+    """Run both models on the same inputs and compare every output: one
+    provider's gelu_onnx.parity_check.check (which see for every option);
+    returns its CheckReport (``ok``, ``outputs``, ``to_dict()``)."""
+    from .parity_check import check as full_check
 
-    ``original`` / ``fused``: path or ModelProto. ``inputs``: None (seeded
-    random, see make_inputs), a path to an .npz, or a dict of arrays.
-    ``provider`` runs the fused model, ``reference_provider`` (default: the
-    same) the original. Models are read through gelu_onnx.io (validated).
-    ``save_inputs``: write the feeds to this .npz before running (to re-run
-    a failure with ``inputs=``).
-    """
     if provider not in PROVIDERS:
         raise InputError(f"unknown provider '{provider}' (choose from {', '.join(PROVIDERS)})")
-    reference_provider = reference_provider or provider
-    if reference_provider not in PROVIDERS:
-        raise InputError(f"unknown provider '{reference_provider}' (choose from {', '.join(PROVIDERS)})")
-    lo, lf = load(original), load(fused)
-    po, pf = lo.model, lf.model
-    if inputs is None:
-        feeds, source = make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default, scale=scale), "random"
-    elif isinstance(inputs, Mapping):
-        feeds, source, seed = dict(inputs), "given", None
-    else:
-        feeds, source, seed = load_npz(inputs, po), f"npz:{inputs}", None
-
-    if save_inputs is not None:
-        save_npz(feeds, save_inputs)
-    problems, notes = [], []
-    need_o, need_f = {s.name for s in input_specs(po)}, {s.name for s in input_specs(pf)}
-    if need_f - set(feeds):
-        raise InputError(f"the fused model needs input(s) the original does not have: {', '.join(sorted(need_f - set(feeds)))}")
-    if need_o - need_f:
-        problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(need_o - need_f))}")
-
-    use = _resolve_library(use_library)
-    if provider == "tensorrt" or reference_provider == "tensorrt":
-        notes.append("TensorRT runs the model through gelu_onnx.tensorrt (the library flag does not apply there)")
-    ref_out = run(lo, feeds, reference_provider, use, opt_level, "original")
-    got_out = run(lf, feeds, provider, use, opt_level, "fused")
-    rows = compare(ref_out, got_out, tolerances)
-    ok = not problems and all(r.passed for r in rows)
-    return ParityReport(
-        ok=ok,
-        outputs=rows,
-        inputs=describe_inputs(feeds, source),
-        provider=provider,
-        reference_provider=reference_provider,
-        library=use,
-        opt_level=opt_level,
-        seed=seed,
-        original=_label(original),
-        fused=_label(fused),
-        problems=problems,
-        notes=notes,
-    )
+    return full_check(original, fused, providers=[provider], **kwargs)
 
 
 def _label(m) -> str:
