@@ -405,9 +405,10 @@ def _print_rows(rows, what: str) -> None:
 
 
 def _print_fusions(fusions, first) -> None:
-    table = [[f["tensor"], f["summary"], _fmt(f.get("max_abs")), _fmt(f.get("p99_abs")), _fmt(f.get("max_ulp")),
-              "PASS" if f["pass"] else "FAIL"] for f in fusions]
-    print(_table(table, ["GELU tensor", "original GELU (inspect)", "max_abs", "p99_abs", "max_ulp", "result"]))
+    table = [[f["tensor"], f["summary"], f["fused_op"] or "-", _fmt(f.get("max_abs")), _fmt(f.get("p99_abs")),
+              _fmt(f.get("max_ulp")), "PASS" if f["pass"] else "FAIL"] for f in fusions]
+    print(_table(table, ["GELU tensor", "original GELU (inspect)", "fused op", "max_abs", "p99_abs", "max_ulp",
+                         "result"]))
     for f in fusions:
         if not f["pass"] and f.get("message"):
             print(f"  {f['tensor']}: {f['message']}")

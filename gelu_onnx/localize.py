@@ -26,6 +26,7 @@ class Site:
     description: dict
     summary: str  # one line, as inspect would say it
     in_fused: bool = True  # the fused model has a tensor of this name
+    fused_op: str | None = None  # the op that writes it in the fused model (e.g. ai.gelu_onnx.BiasGeluErf)
 
 
 @dataclass
@@ -82,11 +83,11 @@ def expose(original, fused) -> Exposed:
     og, fg = original.model.graph, fused.model.graph
     order = {o: i for i, n in enumerate(og.node) for o in n.output}
     main.sort(key=lambda f: order.get(f["root"], len(order)))
-    produced = {o for n in fg.node for o in n.output} | {i.name for i in fg.input}
+    produced = {o: (f"{n.domain}.{n.op_type}" if n.domain else n.op_type) for n in fg.node for o in n.output}
     sites, o_out, f_out = [], [], []
     for f in main:
         et = _elem_type(og, f["root"], f["dtype"])
-        s = Site(f["root"], f, _summary(f), f["root"] in produced)
+        s = Site(f["root"], f, _summary(f), f["root"] in produced, produced.get(f["root"]))
         sites.append(s)
         o_out.append((s.tensor, et))
         if s.in_fused:
@@ -104,7 +105,8 @@ def split(outputs: dict, sites: list[Site], model_outputs: list[str]) -> tuple[d
 
 def fusion_record(site: Site, row) -> dict:
     """The JSON record of one localized GELU (``row``: its parity row, or None)."""
-    rec = {"tensor": site.tensor, "pass": False, "description": site.description, "summary": site.summary}
+    rec = {"tensor": site.tensor, "pass": False, "description": site.description, "summary": site.summary,
+           "fused_op": site.fused_op}
     if row is None:
         rec["message"] = "the fused model has no tensor of this name (the GELU's output was renamed or removed)"
         return rec

@@ -10,6 +10,7 @@ GELU tensor of the original's main graph is compared too (gelu_onnx.localize).
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
@@ -145,6 +146,29 @@ def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default
     return its, source, None
 
 
+def _check_save_paths(saves: Mapping[str, Any], models, files) -> None:
+    """Before anything runs: a save path is never a file this check reads (the
+    models, their data files, the inputs / golden files), nor a device or
+    FIFO, nor the other save path."""
+    from .io import check_output_path
+
+    read = [m.path for m in models if m.path] + [f for m in models for f in m.external_files] + list(files)
+    taken: dict[str, str] = {}
+    for flag, path in saves.items():
+        if path is None:
+            continue
+        where, out, _ = check_output_path(path)
+        if os.path.lexists(out) and not os.path.isfile(out):
+            raise InputError(f"{flag} {where}: not a regular file; refusing to replace it")
+        for f in read:
+            if os.path.exists(out) and os.path.exists(f) and os.path.samefile(out, f):
+                raise InputError(f"{flag} {where}: is a file this check reads ({f}); refusing to overwrite it")
+        real = os.path.realpath(out)
+        if real in taken:
+            raise InputError(f"{flag} {where}: same file as {taken[real]}")
+        taken[real] = flag
+
+
 def check(original, fused, *, seed: int = 0, iterations: int | None = None, inputs=None,
           dims: Mapping[str, int] | None = None, dim_default: int = parity.DIM_DEFAULT, scale: float = 1.0,
           tolerances=None, output_tolerances: Mapping[str, Mapping[str, float]] | None = None,
@@ -177,6 +201,9 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         raise UnsupportedError("; ".join(dict.fromkeys(bad)))
     lo = parity.load(original) if original is not None else None
     lf = parity.load(fused)
+    _check_save_paths({"--save-inputs": save_inputs, "--save-outputs": save_outputs},
+                      [m for m in (lo, lf) if m is not None], [x for x in (inputs, reference_outputs)
+                                                               if isinstance(x, (str, os.PathLike))])
     feeds_its, source, seed = _feeds(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
     if save_inputs is not None:

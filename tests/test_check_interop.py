@@ -110,6 +110,10 @@ def test_saved_outputs_load_in_polygraphy(bert):
     ok(gelu("check", bert["fused"], "--reference-outputs", out, "--inputs", bert["in"]))
 
 
+def other(fus, name):
+    return next(t for t in fus if t != name)
+
+
 def test_localize_names_the_replaced_gelu(bert):
     r = ok(gelu("check", bert["orig"], bert["broken"], "--localize", "--json"), 1)
     rep = json.loads(r.stdout)
@@ -118,6 +122,7 @@ def test_localize_names_the_replaced_gelu(bert):
     bad = fus[bert["gelu"]]
     assert bad["pass"] is False and bad["max_abs"] > 1e-2
     assert bad["description"]["form"] == "erf" and bad["description"]["bias"] is True and bad["summary"]
+    assert bad["fused_op"] == "Mul" and fus[other(fus, bert["gelu"])]["fused_op"] == "ai.gelu_onnx.BiasGeluErf"
     r = ok(gelu("check", bert["orig"], bert["broken"], "--localize"), 1)
     assert f"first failing GELU: {bert['gelu']}" in r.stdout
     r = ok(gelu("check", bert["orig"], bert["fused"], "--localize", "--json"))
@@ -236,3 +241,18 @@ def test_golden_with_every_tensor_marked(bert, tmp_path):
     rep = json.loads(r.stdout)
     assert rep["ok"] and len(rep["outputs"]) == len(onnx.load(BERT).graph.output)
     assert any("were not compared" in n for n in rep["notes"])
+
+
+def test_save_paths_never_replace_what_check_reads(bert, tmp_path):
+    import hashlib
+
+    def digest(p):
+        return hashlib.sha256(Path(p).read_bytes()).hexdigest()
+
+    before = {p: digest(p) for p in (bert["fused"], bert["in"])}
+    one_line_error(gelu("check", BERT, bert["fused"], "--save-outputs", bert["fused"]), 2, "a file this check reads")
+    one_line_error(gelu("check", BERT, bert["fused"], "--inputs", bert["in"], "--save-inputs", bert["in"]), 2,
+                   "a file this check reads")
+    one_line_error(gelu("check", BERT, bert["fused"], "--save-inputs", tmp_path / "a.json", "--save-outputs",
+                        tmp_path / "a.json"), 2, "same file as --save-inputs")
+    assert {p: digest(p) for p in before} == before and not (tmp_path / "a.json").exists()
