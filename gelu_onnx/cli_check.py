@@ -1,0 +1,156 @@
+"""``gelu-onnx check``: its arguments and its printed report (the work is
+gelu_onnx.parity_check.check)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .cliutil import (add_input_args, dims, emit_json, fmt, need_file, plural, positive_int, table, tol_arg,
+                      tolerances)
+from .errors import InputError
+
+
+def tol_by_name(s: str):
+    """NAME:RTOL,ATOL (one output or GELU tensor)."""
+    name, sep, vals = s.rpartition(":")
+    parts = vals.split(",")
+    if not sep or not name or len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected NAME:RTOL,ATOL, got '{s}'")
+    try:
+        rtol, atol = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}': RTOL and ATOL must be numbers") from None
+    if not (0 <= rtol < float("inf") and 0 <= atol < float("inf")):
+        raise argparse.ArgumentTypeError(f"'{s}': tolerances must be finite numbers >= 0")
+    return name, {"rtol": rtol, "atol": atol}
+
+
+def providers_arg(s: str) -> list[str]:
+    from .parity import PROVIDERS
+
+    ps = [p.strip() for p in s.split(",") if p.strip()]
+    bad = [p for p in ps if p not in PROVIDERS]
+    if not ps or bad:
+        raise argparse.ArgumentTypeError(f"'{s}': choose a comma-separated list from {', '.join(PROVIDERS)}")
+    return ps
+
+
+def cmd_check(args) -> int:
+    from . import parity_check
+
+    models = list(args.models)
+    if len(models) > 2:
+        raise InputError(f"check takes ORIGINAL.onnx FUSED.onnx (or FUSED.onnx with --reference-outputs), got {len(models)} files")
+    if len(models) == 1 and args.reference_outputs is None:
+        raise InputError("check needs ORIGINAL.onnx FUSED.onnx, or FUSED.onnx with --reference-outputs golden.json")
+    original, fused = (None, models[0]) if len(models) == 1 else models
+    for path in [m for m in models] + [x for x in (args.inputs, args.reference_outputs) if x is not None]:
+        need_file(path)
+    rep = parity_check.check(
+        original, fused,
+        seed=args.seed, iterations=args.iterations, inputs=args.inputs, dims=dims(args),
+        dim_default=args.dim_default, scale=args.scale, tolerances=tolerances(args),
+        output_tolerances=dict(args.tol or []), providers=args.provider or ["cpu"],
+        reference_provider=args.reference_provider, use_library=False if args.no_library else None,
+        opt_level=args.opt_level, save_inputs=args.save_inputs, save_outputs=args.save_outputs,
+        reference_outputs=args.reference_outputs, localize_gelus=args.localize, allow_pickle=args.allow_pickle,
+    )
+    for w in rep.warnings:
+        print(f"gelu-onnx: warning: {w}", file=sys.stderr)
+    if args.json:
+        emit_json(rep.to_dict())
+        return 0 if rep.ok else 1
+    ref = f"golden outputs {args.reference_outputs}" if original is None or args.reference_outputs else original
+    where = ", ".join(rep.providers)
+    if rep.reference_provider and rep.reference_provider != rep.providers[0]:
+        where += f" (original on {rep.reference_provider})"
+    print(f"check {ref} vs {fused}: provider {where}, library {'yes' if rep.library else 'no'}, "
+          f"opt level {rep.opt_level}, {plural(rep.iterations, 'iteration')}")
+    src = "random, seed %d" % rep.seed if rep.seed is not None else rep.inputs[0]["source"] if rep.inputs else "none"
+    print(f"inputs ({src}): " + ", ".join(f"{i['name']} {i['dtype']} {i['shape']}" for i in rep.inputs))
+    for run in rep.runs:
+        if len(rep.runs) > 1:
+            print(f"\n[{run.provider}]")
+        _print_rows(run.outputs, "output")
+        if run.fusions:
+            print()
+            _print_fusions(run.fusions, run.first_failure)
+    if len(rep.runs) > 1:
+        print()
+        rows = [[r.provider, f"{sum(o.passed for o in r.outputs)}/{len(r.outputs)}",
+                 fmt(max((o.max_abs for o in r.outputs if o.max_abs is not None), default=None)),
+                 fmt(max((o.max_ulp for o in r.outputs if o.max_ulp is not None), default=None)),
+                 r.first_failure or "-", "PASS" if r.ok else "FAIL"] for r in rep.runs]
+        print(table(rows, ["provider", "outputs ok", "worst max_abs", "worst max_ulp", "first failing GELU", "result"]))
+    for p in rep.problems:
+        print(f"problem: {p}")
+    for n in rep.notes:
+        print(f"note: {n}")
+    passed = sum(r.passed for r in rep.outputs)
+    tail = f"{passed} of {len(rep.outputs)} outputs within tolerance"
+    if len(rep.runs) > 1:
+        tail += f" on {rep.runs[0].provider}; {sum(r.ok for r in rep.runs)} of {len(rep.runs)} providers pass"
+    if rep.fusions:
+        tail += f"; {sum(f['pass'] for f in rep.fusions)} of {len(rep.fusions)} GELUs"
+    print(f"{'PASS' if rep.ok else 'FAIL'}: {tail}")
+    return 0 if rep.ok else 1
+
+
+def _print_rows(rows, what: str) -> None:
+    cells = [[r.name, r.dtype, r.shape, fmt(r.max_abs), fmt(r.mean_abs), fmt(r.median_abs), fmt(r.p99_abs),
+              fmt(r.max_rel), fmt(r.max_ulp), fmt(r.rtol), fmt(r.atol), "PASS" if r.passed else "FAIL"]
+             for r in rows]
+    print(table(cells, [what, "dtype", "shape", "max_abs", "mean_abs", "median_abs", "p99_abs", "max_rel",
+                         "max_ulp", "rtol", "atol", "result"]))
+    for r in rows:
+        if r.message:
+            print(f"  {r.name}: {r.message}")
+
+
+def _print_fusions(fusions, first) -> None:
+    cells = [[f["tensor"], f["summary"], f["fused_op"] or "-", fmt(f.get("max_abs")), fmt(f.get("p99_abs")),
+              fmt(f.get("max_ulp")), "PASS" if f["pass"] else "FAIL"] for f in fusions]
+    print(table(cells, ["GELU tensor", "original GELU (inspect)", "fused op", "max_abs", "p99_abs", "max_ulp",
+                         "result"]))
+    for f in fusions:
+        if not f["pass"] and f.get("message"):
+            print(f"  {f['tensor']}: {f['message']}")
+    if first:
+        f = next(x for x in fusions if x["tensor"] == first)
+        print(f"first failing GELU: {first} ({f['summary']})")
+
+
+def add_parser(sub) -> None:
+    from .parity import DIM_DEFAULT, OPT_LEVELS, PROVIDERS
+
+    p = sub.add_parser("check", help="parity: run original and fused on the same inputs, compare outputs",
+                       description="Run ORIGINAL and FUSED on the same inputs and compare every output "
+                                   "(max abs/rel error, ulp). Exit 1 when any output is outside tolerance.")
+    p.add_argument("models", nargs="+", metavar="ORIGINAL.onnx FUSED.onnx",
+                   help="the original and the fused model; only FUSED.onnx with --reference-outputs")
+    add_input_args(p, DIM_DEFAULT)
+    p.add_argument("--iterations", type=positive_int, default=None, metavar="N",
+                   help="run N iterations (random inputs: seeds SEED..SEED+N-1; default 1, or every iteration of --inputs)")
+    p.add_argument("--scale", type=float, default=1.0, help="random floats are N(0,1) * SCALE (default 1)")
+    p.add_argument("--rtol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
+                   help="relative tolerance for every float output, or for one dtype; repeatable")
+    p.add_argument("--atol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
+                   help="absolute tolerance, same forms as --rtol")
+    p.add_argument("--tol", type=tol_by_name, action="append", metavar="NAME:RTOL,ATOL",
+                   help="tolerance of one output (or GELU tensor with --localize); wins over --rtol/--atol; repeatable")
+    p.add_argument("--provider", type=providers_arg, default=None, metavar="P[,P...]",
+                   help=f"where the fused model runs, each compared with the reference: {', '.join(PROVIDERS)} "
+                        "(default cpu; cuda needs onnxruntime-gpu)")
+    p.add_argument("--reference-provider", choices=PROVIDERS, default=None,
+                   help="where the original runs (default: the first --provider)")
+    p.add_argument("--opt-level", choices=OPT_LEVELS, default="all", help="ONNX Runtime graph optimization level (default all)")
+    p.add_argument("--localize", action="store_true",
+                   help="also compare every GELU's output tensor with the original's, and name the first that fails")
+    p.add_argument("--reference-outputs", metavar="GOLDEN.json",
+                   help="compare with these golden outputs (Polygraphy RunResults, e.g. polygraphy run --save-outputs) "
+                        "made from --inputs; ORIGINAL.onnx may then be left out")
+    p.add_argument("--save-inputs", metavar="FILE", help="also write the inputs used (.json: Polygraphy format, "
+                                                          "every iteration; else .npz), for re-running with --inputs")
+    p.add_argument("--save-outputs", metavar="FILE.json",
+                   help="write the reference's and the fused model's outputs as Polygraphy RunResults JSON")
+    p.set_defaults(func=cmd_check)

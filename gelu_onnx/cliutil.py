@@ -1,0 +1,121 @@
+"""What the gelu-onnx commands share: argument types, tables, JSON, file checks."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .errors import InputError
+
+
+def emit_json(doc) -> None:
+    from .parity import json_safe
+
+    print(json.dumps(json_safe(doc), indent=2))
+
+
+def table(rows: list[list], header: list[str]) -> str:
+    cells = [header] + [[("" if c is None else str(c)) for c in r] for r in rows]
+    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in cells)
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "es" if word.endswith("s") else "s")
+
+
+def dim_arg(s: str):
+    name, sep, val = s.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got '{s}'")
+    try:
+        v = int(val)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}': VALUE must be an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"'{s}': VALUE must be >= 0")
+    return name, v
+
+
+def tol_arg(s: str):
+    """VALUE (every float dtype) or DTYPE=VALUE."""
+    from .contract import PARITY_TOLERANCE
+
+    dtype, sep, val = s.rpartition("=")
+    if sep and dtype not in PARITY_TOLERANCE:
+        raise argparse.ArgumentTypeError(f"'{dtype}' is not a float dtype (use one of {', '.join(PARITY_TOLERANCE)})")
+    try:
+        v = float(val)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected VALUE or DTYPE=VALUE, got '{s}'") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"'{s}': tolerance must be a finite number >= 0")
+    return (dtype or None), v
+
+
+def tolerances(args) -> dict:
+    from .contract import PARITY_TOLERANCE
+
+    out: dict = {}
+    for key, given in (("rtol", args.rtol), ("atol", args.atol)):
+        for dtype, v in given or []:
+            for dt in [dtype] if dtype else PARITY_TOLERANCE:
+                out.setdefault(dt, {})[key] = v
+    return out
+
+
+def positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{s}'") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def nonneg_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{s}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def dims(args) -> dict:
+    return dict(args.dim or [])
+
+
+def need_file(path: str, what: str = "") -> None:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such file")
+    if not p.is_file():
+        raise InputError(f"{path}: not a regular file")
+
+
+def fmt(x, spec=".3g") -> str:
+    if x is None:
+        return "-"
+    return format(x, spec) if isinstance(x, float) else str(x)
+
+
+def add_input_args(p, dim_default: int) -> None:
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--inputs", metavar="FILE", help="feed these arrays instead of random ones: .npz, or Polygraphy "
+                                                    "saved inputs (JSON, e.g. polygraphy run --save-inputs)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="UNSAFE: let --inputs/--reference-outputs hold pickled object arrays (pickle can run code)")
+    p.add_argument("--dim", type=dim_arg, action="append", metavar="NAME=VALUE",
+                   help="size of a named (symbolic) input dimension; repeatable")
+    p.add_argument("--dim-default", type=nonneg_int, default=dim_default, metavar="N",
+                   help=f"size of named dims not given by --dim and of unknown dims (default {dim_default})")
+    p.add_argument("--no-library", action="store_true",
+                   help="do not register the gelu-onnx custom-op library (the fused model then runs its model-local functions)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+def one_line(s: str) -> str:
+    return " ".join(str(s).split())
