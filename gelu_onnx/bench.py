@@ -128,12 +128,12 @@ def _time_pair(a: parity.OrtRunner, b: parity.OrtRunner, feeds_a, feeds_b, warmu
         order = ((a, feeds_a, ta), (b, feeds_b, tb)) if i % 2 == 0 else ((b, feeds_b, tb), (a, feeds_a, ta))
         for r, f, acc in order:
             r.run(f)
-            tick()
+            tick(1)
             for _ in range(min(BLOCK, repeats - len(acc))):
                 t0 = time.perf_counter()
                 r.run(f)
                 acc.append((time.perf_counter() - t0) * 1e3)
-                tick()
+                tick(1)
     return ta, tb
 
 

@@ -256,3 +256,38 @@ def test_save_paths_never_replace_what_check_reads(bert, tmp_path):
     one_line_error(gelu("check", BERT, bert["fused"], "--save-inputs", tmp_path / "a.json", "--save-outputs",
                         tmp_path / "a.json"), 2, "same file as --save-inputs")
     assert {p: digest(p) for p in before} == before and not (tmp_path / "a.json").exists()
+
+
+def test_bench_progress(tmp_path):
+    """The library reports every session run; the CLI draws a bar only on a terminal."""
+    from gelu_onnx import bench
+
+    ticks = []
+    bench.bench(BERT, None, repeats=4, warmup=1, opt_levels=("basic", "all"), progress=ticks.append)
+    assert sum(ticks) == 2 * bench.runs_per_level(1, 4)
+    import pty
+
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal has a width
+    e = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "gelu_onnx", "bench", str(BERT), "--repeats", "3", "--warmup", "1",
+                        "--opt-levels", "all"], stdout=subprocess.PIPE, stderr=slave, env=e, timeout=300)
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    assert p.returncode == 0 and b"bench:" in shown and b"run" in shown, shown
+    assert b"bench:" not in p.stdout  # the table on stdout stays clean
+    r = ok(gelu("bench", BERT, "--repeats", "3", "--warmup", "1", "--opt-levels", "all"))
+    assert "bench:" not in r.stderr  # not a terminal: no bar
