@@ -170,14 +170,53 @@ def load_reference_outputs(path, model: onnx.ModelProto, *, allow_pickle: bool =
     return runner, [{k: _finish(v, types.get(k)) for k, v in it.items()} for it in iterations]
 
 
+def _write_atomic(path, what: str, write) -> None:
+    """``write(binary file)`` to a temp file in the target folder, renamed over
+    ``path`` last: a failure leaves what was there. OS refusals are one line."""
+    import os
+    import tempfile
+
+    p = Path(path)
+    if not p.parent.is_dir():
+        raise InputError(f"{what} {path}: folder {p.parent} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=p.name[:100] + ".", suffix=".tmp", dir=p.parent)
+    except OSError as e:  # read-only folder, ...
+        raise InputError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a saved file should look like any other
+        os.replace(tmp, p)
+    except OSError as e:  # name too long, disk full, ...
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"{what} {path}: cannot write it ({e.strerror or e})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_json(doc, path, what: str) -> None:
+    import json
+
+    _write_atomic(path, what, lambda f: f.write(json.dumps(doc, indent=4).encode()))
+
+
+def save_npz(feeds: Mapping[str, np.ndarray], path, what: str = "--save-inputs") -> None:
+    """One iteration as .npz (bfloat16 as uint16 bit patterns, which load_inputs reads back)."""
+    _write_atomic(path, what, lambda f: np.savez(f, **_plain(feeds)))
+
+
 def save_inputs(iterations: Sequence[Mapping[str, np.ndarray]], path) -> None:
     """.json: Polygraphy's saved-inputs format (every iteration); else .npz (one)."""
     if str(path).lower().endswith(".json"):
-        polyjson.write(polyjson.inputs_doc([_plain(f) for f in iterations]), path, "--save-inputs")
+        _write_json(polyjson.inputs_doc([_plain(f) for f in iterations]), path, "--save-inputs")
         return
     if len(iterations) != 1:
         raise InputError(f"--save-inputs {path}: an .npz holds one iteration; use a .json file for {len(iterations)}")
-    _parity().save_npz(iterations[0], path)
+    save_npz(iterations[0], path)
 
 
 def _plain(feeds: Mapping[str, np.ndarray]) -> dict:
@@ -188,4 +227,4 @@ def _plain(feeds: Mapping[str, np.ndarray]) -> dict:
 def save_outputs(runs, path, runtimes=None) -> None:
     """Polygraphy RunResults JSON (``polygraphy inspect data`` reads it)."""
     runs = [(name, [_plain(o) for o in its]) for name, its in runs]
-    polyjson.write(polyjson.run_results_doc(runs, runtimes), path, "--save-outputs")
+    _write_json(polyjson.run_results_doc(runs, runtimes), path, "--save-outputs")

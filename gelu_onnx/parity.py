@@ -212,21 +212,9 @@ def _show_dims(dims) -> str:
 
 def save_npz(feeds: Mapping[str, np.ndarray], path: str | os.PathLike) -> None:
     """Write feeds atomically (bfloat16 as uint16 bit patterns, which load_npz reads back)."""
-    p = Path(path)
-    if not p.parent.is_dir():
-        raise InputError(f"--save-inputs {path}: folder {p.parent} does not exist")
-    arrays = {k: (v.view(np.uint16) if _is_bf16(v) else v) for k, v in feeds.items()}
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a saved file should look like any other
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from .feedfiles import save_npz as write
+
+    write(feeds, path)
 
 
 # --- running -----------------------------------------------------------------

@@ -21,8 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
-from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -162,26 +160,6 @@ def run_results_doc(runs: Sequence[Run], runtimes: Mapping[str, Sequence[float]]
                for i, outs in enumerate(iterations)]
         lst.append([runner, its])
     return {"lst": lst, TYPE_KEY: "RunResults"}
-
-
-def write(doc, path, what: str) -> None:
-    """Write JSON atomically: a temp file in the same folder, renamed last."""
-    import tempfile
-
-    p = Path(path)
-    if not p.parent.is_dir():
-        raise InputError(f"{what} {path}: folder {p.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=4)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a saved file should look like any other
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _first_line(e: BaseException) -> str:

@@ -203,3 +203,12 @@ def test_golden_outputs_checked_against_the_model(tmp_path):
     p.write_text(json.dumps(doc))
     with pytest.raises(InputError, match="'y' is float64, the model declares float32"):
         feedfiles.load_reference_outputs(p, m)
+
+
+def test_unwritable_save_path_is_one_clear_error(tmp_path):
+    feeds = {"x": np.ones((2, 8), np.float32), "ids": np.ones(2, np.int64)}
+    long_name = tmp_path / ("a" * 300 + ".npz")
+    for path in (long_name, long_name.with_suffix(".json"), tmp_path / "absent" / "x.json"):
+        with pytest.raises(InputError, match="cannot write it|does not exist"):
+            feedfiles.save_inputs([feeds], path)
+    assert [p.name for p in tmp_path.iterdir()] == []  # no temp file left behind
