@@ -116,14 +116,15 @@ def read_inputs(path, what: str, new_expect: Callable[[], Callable] | None = Non
     return out
 
 
-def read_run_results(path, what: str, expect=None, allow_pickle: bool = False) -> list[Run]:
-    """[(runner name, [{output name: array} per iteration])] from a RunResults file."""
+def read_run_results(path, what: str, expect=None, allow_pickle: bool = False, limit: int | None = None) -> list[Run]:
+    """[(runner name, [{output name: array} per iteration])] from a RunResults
+    file (the first ``limit`` runners only: the others are not decoded)."""
     doc = _load(path, what)
     if _type_of(doc) != "RunResults" or not isinstance(doc.get("lst"), list):
         hint = " (that is a saved-inputs file; golden outputs come from --save-outputs)" if isinstance(doc, list) else ""
         raise InputError(f"{what}: not a Polygraphy RunResults file{hint}")
     runs: list[Run] = []
-    for entry in doc["lst"]:
+    for entry in doc["lst"][:limit]:
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
             raise InputError(f"{what}: malformed RunResults entry")
         runner, iterations = str(entry[0]), entry[1]
