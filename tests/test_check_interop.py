@@ -291,3 +291,17 @@ def test_bench_progress(tmp_path):
     assert b"bench:" not in p.stdout  # the table on stdout stays clean
     r = ok(gelu("bench", BERT, "--repeats", "3", "--warmup", "1", "--opt-levels", "all"))
     assert "bench:" not in r.stderr  # not a terminal: no bar
+
+
+def test_golden_reference_with_the_original_localizes(bert, tmp_path):
+    """ORIGINAL and golden together: the golden outputs are the reference, the original serves --localize."""
+    r = ok(gelu("check", bert["orig"], bert["broken"], "--reference-outputs", bert["golden"], "--inputs", bert["in"],
+                "--localize", "--json"), 1)
+    rep = json.loads(r.stdout)
+    assert rep["reference"].startswith("golden:") and rep["first_failure"] == bert["gelu"]
+    one_line_error(gelu("check", bert["fused"], "--reference-outputs", bert["golden"], "--inputs", bert["in"],
+                        "--iterations", "3"), 2, "the inputs hold 2 iteration(s)")
+    single = tmp_path / "one.json"
+    single.write_text(json.dumps(json.loads(bert["in"].read_text())[:1]))
+    one_line_error(gelu("check", bert["fused"], "--reference-outputs", bert["golden"], "--inputs", single), 2,
+                   "2 iteration(s) of outputs for 1 iteration(s) of inputs")
