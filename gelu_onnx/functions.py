@@ -8,7 +8,8 @@ main graph is fused:
   typed from the call sites, intermediate types from ONNX shape inference, so
   `CastLike` constants resolve) and put back; every call runs the fused op.
 - **by inlining** (onnx.inliner, only the functions that hold a GELU) when the
-  call sites disagree or a type is unknown, or when a GELU's `x` is
+  call sites disagree or a type is unknown (calls inside another function's
+  body: that function then holds the GELU and is handled in a next round), or when a GELU's `x` is
   `Add(h, b)` with `b` a function input: the bias is a constant only at the
   call site, so it can be folded in only there; and always for `ort`: its
   com.microsoft ops have no ONNX schema, so inside a function body they
@@ -35,6 +36,7 @@ class FunctionPlan:
     """What was done to the model's functions; labels the main pass's fusions."""
 
     inlined: dict[str, str] = field(default_factory=dict)  # inliner suffix "__k" -> label
+    names: list[str] = field(default_factory=list)  # the functions inlined
 
 
 def _holds_anchor(nodes) -> bool:
@@ -58,31 +60,46 @@ def _walk_calls(graph: GraphProto, path: str, out: list):
 def _call_types(model: ModelProto, calls: list[NodeProto], inferred: list) -> list[int | None]:
     """Element type of each function input over all call sites: None where a
     call site's type is unknown or two call sites disagree."""
-    if inferred[0] is None:
+    if not inferred:  # the model's own declarations first; shape inference only if they fall short
+        inferred.append(_declared_types(model))
+    names = {x for c in calls for x in c.input if x}
+    if len(inferred) == 1 and not names <= inferred[0].keys():
         try:
-            inferred[0] = onnx.shape_inference.infer_shapes(model)
-        except Exception:  # shape inference is best effort: unknown types mean "inline"
-            inferred[0] = model
-        types: dict[str, int] = {}
-        for g in _graphs(inferred[0].graph):
-            for vi in (*g.input, *g.output, *g.value_info):
-                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                    types[vi.name] = vi.type.tensor_type.elem_type
-            for t in g.initializer:
-                types[t.name] = t.data_type
-            for n in g.node:
-                if n.op_type == "Constant" and n.domain in _DEFAULT:
-                    for a in n.attribute:
-                        if a.name == "value":
-                            types[n.output[0]] = a.t.data_type
-        inferred.append(types)
-    types = inferred[1]
+            inferred.append(_declared_types(onnx.shape_inference.infer_shapes(model)))
+        except Exception:  # best effort (e.g. > 2 GiB): unknown types mean "inline"
+            inferred.append(inferred[0])
+    types = inferred[-1]
     n_in = max(len(c.input) for c in calls)
     out: list[int | None] = []
     for k in range(n_in):
         seen = {types.get(c.input[k]) if k < len(c.input) and c.input[k] else None for c in calls}
         out.append(seen.pop() if len(seen) == 1 else None)
     return out
+
+
+def _declared_types(model: ModelProto) -> dict[str, int]:
+    types: dict[str, int] = {}
+    for g in _graphs(model.graph):
+        for vi in (*g.input, *g.output, *g.value_info):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+        for t in g.initializer:
+            types[t.name] = t.data_type
+        for n in g.node:
+            if n.op_type == "Constant" and n.domain in _DEFAULT:
+                for a in n.attribute:
+                    if a.name == "value":
+                        types[n.output[0]] = a.t.data_type
+    return types
+
+
+def _function_graphs(f: FunctionProto):
+    """The node lists of a function body and of the subgraphs inside it."""
+    yield f.node
+    for n in f.node:
+        for _, g in subgraphs(n):
+            for sub in _graphs(g):
+                yield sub.node
 
 
 def _graphs(g: GraphProto):
@@ -149,7 +166,10 @@ def _label(f: FunctionProto, sites: list[str]) -> str:
     return f"function {f.domain}.{f.name} (called by {shown})"
 
 
-def prepare(model: ModelProto, target: str, res, fuse_body) -> tuple[ModelProto, FunctionPlan]:
+_MAX_ROUNDS = 4  # functions inlined into functions inlined into ...
+
+
+def prepare(model: ModelProto, target: str, res, fuse_body, depth: int = 0) -> tuple[ModelProto, FunctionPlan]:
     """Fuse GELUs inside ``model``'s functions (in place) or inline the
     functions that need it (a new model is returned then). ``fuse_body(m,
     target)`` is the library's fuse_with_report; fusions and near-misses go
@@ -161,10 +181,14 @@ def prepare(model: ModelProto, target: str, res, fuse_body) -> tuple[ModelProto,
         return model, plan
     calls: list[tuple[str, NodeProto]] = []
     _walk_calls(model.graph, "", calls)
-    inferred: list = [None]
+    nested = {(n.domain, n.op_type) for fn in model.functions for body in _function_graphs(fn) for n in body}
+    inferred: list = []
     inline: list[FunctionProto] = []
     for f in cands:
         sites = [(p, n) for p, n in calls if n.domain == f.domain and n.op_type == f.name]
+        if (f.domain, f.name) in nested:  # called from another function too: types unknown there
+            inline.append(f)
+            continue
         if not sites:
             continue  # an unused function: nothing runs it
         names = [(f"{p}/" if p else "") + (n.name or n.op_type) for p, n in sites]
@@ -190,7 +214,7 @@ def prepare(model: ModelProto, target: str, res, fuse_body) -> tuple[ModelProto,
 
             old = _default(model.opset_import)
             res.notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model)))
-            return prepare(model, target, res, fuse_body)  # bodies changed: start over
+            return prepare(model, target, res, fuse_body, depth)  # bodies changed: start over
         _put_back(model, f, got.model)
         for fu in got.fusions:
             fu.graph = _label(f, names) + (f"/{fu.graph}" if fu.graph else "")
@@ -207,27 +231,39 @@ def prepare(model: ModelProto, target: str, res, fuse_body) -> tuple[ModelProto,
     ids = [(f.domain, f.name) for f in inline]
     selected = set(ids)
     k = 0
+    # Calls nested in inlined bodies shift the inliner's numbering: name no call sites then.
+    labelled = not any((n.domain, n.op_type) in selected for f in inline for body in _function_graphs(f)
+                       for n in body)
     for p, n in calls:  # the inliner numbers the calls it expands in this order: "<node>__k"
         if (n.domain, n.op_type) in selected:
             k += 1
-            plan.inlined[f"__{k}"] = f"{(p + '/') if p else ''}{n.name or n.op_type} -> function {n.domain}.{n.op_type}"
+            if labelled:
+                site = f"{p}/{n.name or n.op_type}" if p else (n.name or n.op_type)
+                plan.inlined[f"__{k}"] = f"{site} -> function {n.domain}.{n.op_type}"
+    plan.names = [f"{d}.{n}" for d, n in ids]
     out = onnx.inliner.inline_selected_functions(model, ids)
-    res.notes.append(f"inlined {k} call{'s' if k != 1 else ''} of {', '.join(f'{d}.{n}' for d, n in ids)} "
-                     f"to fuse the GELUs inside (call sites differ in type, or the bias is a call-site constant)")
+    res.notes.append(f"inlined the calls of {', '.join(f'{d}.{n}' for d, n in ids)} to fuse the GELUs inside "
+                     f"(call sites differ in type or are inside another function, or the bias is a call-site "
+                     f"constant)")
+    if depth < _MAX_ROUNDS and holds_gelu(out):  # a GELU inlined into another function's body
+        out, again = prepare(out, target, res, fuse_body, depth + 1)
+        plan.inlined = {}  # two numberings: call sites no longer known by suffix
+        plan.names += again.names
     return out, plan
 
 
 def label_inlined(res, plan: FunctionPlan) -> None:
     """Name the call site (and function) of fusions made in inlined copies."""
-    if not plan.inlined:
+    if not plan.names:
         return
     for fu in res.fusions:
         for nm in fu.nodes:
             head, sep, k = nm.rpartition("__")
-            if sep and k.isdigit() and f"__{k}" in plan.inlined:
-                site = plan.inlined[f"__{k}"]
-                fu.graph = site + (f" [{fu.graph}]" if fu.graph else "")
-                break
+            if not (sep and k.isdigit()):
+                continue
+            site = plan.inlined.get(f"__{k}") or f"an inlined call of function {' or '.join(plan.names)}"
+            fu.graph = site + (f" [{fu.graph}]" if fu.graph else "")
+            break
 
 
 def _default(imports) -> int:
