@@ -187,14 +187,14 @@ def bench(
 
         diffs = interface_differences(po, fused_arg.model)
         if diffs:
-            raise InputError(f"{parity._label(original)} and {parity._label(fused)} are not an original and its "
+            raise InputError(f"{parity.model_label(original)} and {parity.model_label(fused)} are not an original and its "
                              f"fused model: {'; '.join(diffs)}")
     if inputs is None:
         feeds, src = parity.make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
     else:
         feeds, src = parity.load_npz(inputs, po, allow_pickle), \
             f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
-    use = parity._resolve_library(use_library)
+    use = parity.resolve_library(use_library)
     tick = progress or (lambda n=1: None)
     results = []
     for lvl in opt_levels:
@@ -210,8 +210,8 @@ def bench(
                               all(r.passed for r in rows), repeats))
         del ro, rf
     return BenchReport(
-        original=parity._label(original),
-        fused=parity._label(fused) if fused is not None else f"<fused in memory, target {target}>",
+        original=parity.model_label(original),
+        fused=parity.model_label(fused) if fused is not None else f"<fused in memory, target {target}>",
         target=target,
         fusions=nfus,
         provider=provider,

@@ -81,7 +81,7 @@ def _dtype_ok(et: int, dtype: np.dtype) -> bool:
     if et == TensorProto.BFLOAT16 and dtype in (np.dtype("V2"), np.dtype(np.uint16), _bf16()):
         return True
     try:
-        return dtype == _parity()._np_dtype(et)
+        return dtype == _parity().np_dtype_of(et)
     except InputError:
         raise
     except Exception:

@@ -45,7 +45,7 @@ def dtype_name(elem_type: int) -> str:
     ).lower()
 
 
-def _np_dtype(elem_type: int) -> np.dtype:
+def np_dtype_of(elem_type: int) -> np.dtype:
     if elem_type == TensorProto.STRING:
         return np.dtype(object)
     try:
@@ -165,14 +165,14 @@ def make_inputs(
         shape = _resolve_shape(s, overrides, dim_default)
         et = s.elem_type
         if et in contract.FLOAT_DTYPES:
-            a = (rng.standard_normal(shape) * scale).astype(_np_dtype(et))
+            a = (rng.standard_normal(shape) * scale).astype(np_dtype_of(et))
         elif et == TensorProto.BOOL:
             a = np.ones(shape, bool) if _MASK_NAME.search(s.name) else rng.random(shape) < 0.5
         elif et in (
             TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
             TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
         ):
-            dt = _np_dtype(et)
+            dt = np_dtype_of(et)
             if _MASK_NAME.search(s.name):
                 a = np.ones(shape, dt)
             else:
@@ -189,11 +189,11 @@ def make_inputs(
 
 def describe_inputs(feeds: Mapping[str, np.ndarray], source: str) -> list[dict]:
     return [
-        {"name": k, "dtype": _dtype_str(v), "shape": list(v.shape), "source": source} for k, v in feeds.items()
+        {"name": k, "dtype": dtype_str(v), "shape": list(v.shape), "source": source} for k, v in feeds.items()
     ]
 
 
-def _dtype_str(a: np.ndarray) -> str:
+def dtype_str(a: np.ndarray) -> str:
     return "bfloat16" if _is_bf16(a) else ("string" if a.dtype.kind in "OUS" else str(a.dtype))
 
 
@@ -256,7 +256,7 @@ def make_session_options(use_library: bool, opt_level: str = "all", threads: int
     return so
 
 
-def _ort_providers(provider: str) -> list[str]:
+def ort_providers(provider: str) -> list[str]:
     import onnxruntime as ort
 
     if provider == "cpu":
@@ -369,7 +369,7 @@ class OrtRunner:
 
         self.src = _ModelSource(model, label)
         so = make_session_options(use_library, opt_level, threads)
-        providers = _ort_providers(provider)
+        providers = ort_providers(provider)
         try:
             self.sess = ort.InferenceSession(self.src.ort_arg(so), sess_options=so, providers=providers)
         except Exception as e:
@@ -403,12 +403,12 @@ def run(model, feeds, provider="cpu", use_library=None, opt_level="all", label="
     """
     if provider == "tensorrt":
         return _run_tensorrt(model, feeds, label)
-    use = _resolve_library(use_library)
+    use = resolve_library(use_library)
     r = OrtRunner(model, provider, use, opt_level, label=label)
     return r.run({k: v for k, v in feeds.items() if k in r.input_names})
 
 
-def _resolve_library(use_library) -> bool:
+def resolve_library(use_library) -> bool:
     if use_library is None:
         return library_available()
     if use_library and not library_available():
@@ -480,10 +480,10 @@ def tolerance_for(dtype: str, tolerances: Mapping[str, Mapping[str, float]] | No
 
 def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) -> OutputParity:
     ref, got = np.asarray(ref), np.asarray(got)
-    dt = _dtype_str(ref)
+    dt = dtype_str(ref)
     row = OutputParity(name=name, dtype=dt, shape=list(ref.shape), elements=int(ref.size))
-    if _dtype_str(got) != dt:
-        row.message = f"dtype differs: original {dt}, fused {_dtype_str(got)}"
+    if dtype_str(got) != dt:
+        row.message = f"dtype differs: original {dt}, fused {dtype_str(got)}"
         return row
     if ref.shape != got.shape:
         row.message = f"shape differs: original {list(ref.shape)}, fused {list(got.shape)}"
@@ -526,14 +526,14 @@ def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[s
     for name, ref in original_outputs.items():
         if name not in fused_outputs:
             ref = np.asarray(ref)
-            rows.append(OutputParity(name=name, dtype=_dtype_str(ref), shape=list(ref.shape), elements=int(ref.size),
+            rows.append(OutputParity(name=name, dtype=dtype_str(ref), shape=list(ref.shape), elements=int(ref.size),
                                      message="missing from the fused model's outputs"))
             continue
         rows.append(compare_one(name, ref, fused_outputs[name], tolerances))
     for name, v in fused_outputs.items():
         if name not in original_outputs:
             v = np.asarray(v)
-            rows.append(OutputParity(name=name, dtype=_dtype_str(v), shape=list(v.shape), elements=int(v.size),
+            rows.append(OutputParity(name=name, dtype=dtype_str(v), shape=list(v.shape), elements=int(v.size),
                                      message="output exists only in the fused model"))
     return rows
 
@@ -563,6 +563,6 @@ def check(original, fused, *, provider: str = "cpu", **kwargs):
     return full_check(original, fused, providers=[provider], **kwargs)
 
 
-def _label(m) -> str:
+def model_label(m) -> str:
     path = getattr(m, "path", None) if not isinstance(m, (str, os.PathLike)) else m
     return "<memory>" if path is None else str(path)

@@ -71,7 +71,7 @@ def provider_problem(provider: str) -> str | None:
         return None
     if provider == "cuda":
         try:
-            parity._ort_providers("cuda")
+            parity.ort_providers("cuda")
         except UnsupportedError as e:
             return e.message
         return None
@@ -85,7 +85,7 @@ def provider_problem(provider: str) -> str | None:
 def _diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
     """|ref - got| where both are finite (empty for exact dtypes or a shape mismatch)."""
     ref, got = np.asarray(ref), np.asarray(got)
-    if ref.shape != got.shape or parity.tolerance_for(parity._dtype_str(ref)) is None:
+    if ref.shape != got.shape or parity.tolerance_for(parity.dtype_str(ref)) is None:
         return np.empty(0)
     a, b = ref.astype(np.float64), got.astype(np.float64)
     fin = np.isfinite(a) & np.isfinite(b)
@@ -221,7 +221,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         dropped = {s.name for s in parity.input_specs(lo.model)} - need_f
         if dropped:
             problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
-    use = parity._resolve_library(use_library)
+    use = parity.resolve_library(use_library)
     if "tensorrt" in providers + [reference_provider]:
         notes.append("TensorRT runs the model through gelu_onnx.tensorrt (the library flag does not apply there)")
 
@@ -297,8 +297,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         ok=all(r.ok for r in runs), outputs=runs[0].outputs,
         inputs=parity.describe_inputs(feeds_its[0], source), provider=providers[0],
         reference_provider=None if reference_outputs is not None else reference_provider, library=use,
-        opt_level=opt_level, seed=seed, original=None if original is None else parity._label(original),
-        fused=parity._label(fused), iterations=len(feeds_its), providers=providers, runs=runs,
+        opt_level=opt_level, seed=seed, original=None if original is None else parity.model_label(original),
+        fused=parity.model_label(fused), iterations=len(feeds_its), providers=providers, runs=runs,
         reference=f"golden:{reference_outputs} ({golden_runner})" if reference_outputs is not None else "original",
         fusions=runs[0].fusions, first_failure=runs[0].first_failure,
         problems=problems, notes=notes, warnings=warnings)
