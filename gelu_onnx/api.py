@@ -11,6 +11,7 @@ from . import contract as C
 from . import functions
 from .errors import InputError
 from .graph import GraphIndex, subgraphs
+from . import native
 from .legacy import find_legacy, legacy_nodes
 from .match import Match, NearMiss, find_bias, find_matches
 from .rewrite import (
@@ -49,6 +50,8 @@ class FuseResult:
     fusions: list[Fusion] = field(default_factory=list)
     near_misses: list[NearMiss] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # GELUs already written as the target's own op, with nothing to absorb.
+    already: list[Fusion] = field(default_factory=list)
 
     def summary(self) -> dict:
         by_form: dict[str, int] = {}
@@ -59,6 +62,7 @@ class FuseResult:
             "fused": len(self.fusions),
             "by_form": by_form,
             "near_misses": len(self.near_misses),
+            "already_target_ops": len(self.already),
             "notes": list(self.notes),
         }
 
@@ -66,6 +70,7 @@ class FuseResult:
         d = self.summary()
         d["fusions"] = [f.as_dict() for f in self.fusions]
         d["near_miss_list"] = [n.as_dict() for n in self.near_misses]
+        d["already_list"] = [f.as_dict() for f in self.already]
         return d
 
 
@@ -98,8 +103,12 @@ def _plan(model: ModelProto, base_dir: str | None = None) -> list[tuple[GraphInd
                 label = node.name or f"{node.op_type}#{i}"
                 visit(sub, idx, f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
         matches, misses = find_matches(idx)
+        ones, one_misses = native.find_native(idx)
+        matches += ones
+        misses += one_misses
         for m in matches:
-            find_bias(m)
+            if not m.bias_inside:
+                find_bias(m)
         legacy, legacy_misses = find_legacy(idx)
         out.append((idx, matches, misses + legacy_misses, legacy))
 
@@ -164,7 +173,7 @@ def inspect(model, target: str = "custom", *, base_dir: str | None = None) -> Fu
     if functions.holds_gelu(m):
         # what fuse would do there (in bodies or inlined) is found by doing it on a copy
         done = fuse_with_report(m, target, base_dir=base_dir)
-        return FuseResult(m, target, done.fusions, done.near_misses, done.notes)
+        return FuseResult(m, target, done.fusions, done.near_misses, done.notes, done.already)
     res = FuseResult(m, target)
     for idx, keep, _ in _select(_plan(m, base_dir), target, res):
         for mt, ct, use_bias in keep:
@@ -187,7 +196,12 @@ def _select(plan, target: str, res: FuseResult):
                 res.near_misses.append(_unsupported_miss(idx, mt, why))
                 continue
             has_bias = lb[id(mt)] is not None if id(mt) in lb else bool(mt.bias)
-            keep.append((mt, ct, has_bias and target_takes_bias(target, mt.form) and ct == mt.leaf_type))
+            use_bias = has_bias and target_takes_bias(target, mt.form) and ct == mt.leaf_type
+            em = emission(target, mt.form, use_bias, mt.alpha)
+            if native.already_target(mt, em, use_bias):
+                res.already.append(_record(idx, mt, em, use_bias, ct))
+                continue
+            keep.append((mt, ct, use_bias))
         res.near_misses.extend(misses)
         accepted.append((idx, keep, lb))
     return accepted
@@ -242,13 +256,15 @@ def _rewrite(m: ModelProto, plan, target: str, res: FuseResult) -> None:
                 if forced != ct:
                     ct, use_bias = forced, use_bias and forced == mt.leaf_type
             em = emission(target, mt.form, use_bias, mt.alpha)
-            plans.append((mt, emit_nodes(mt, em, ct, use_bias, names), use_bias))
+            emit = native.emit if mt.single_op is not None else emit_nodes
+            plans.append((mt, emit(mt, em, ct, use_bias, names), use_bias))
             res.fusions.append(_record(idx, mt, em, use_bias, ct))
             dead.update(mt.consts)
         replace_regions(idx.graph, plans)
     if not res.fusions:
         return
     drop_dead_constants(m, dead)
+    native.drop_unused_functions(m)
     drop_stale_value_info(m)
     if target == "custom":
         ensure_opset(m, C.DOMAIN, C.OPSET_VERSION)

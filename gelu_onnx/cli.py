@@ -157,11 +157,13 @@ def _fuse_finish(args, loaded, skel) -> int:
             "by_form": dict(by_form),
             "fusions": fusions,
             "near_misses": near,
+            "already_target_ops": [_record(f) for f in res.already],
             "notes": notes,
         })
         return 0
     forms = ", ".join(f"{k}: {v}" for k, v in sorted(by_form.items())) or "none found"
-    print(f"fused {plural(len(fusions), 'GELU')} ({forms}) -> {args.output} [target {args.target}]")
+    kept = f", {len(res.already)} already {args.target} ops" if res.already else ""
+    print(f"fused {plural(len(fusions), 'GELU')} ({forms}{kept}) -> {args.output} [target {args.target}]")
     if near:
         print(f"{plural(len(near), 'near-miss')} left unfused:")
         for n in near:
@@ -191,7 +193,8 @@ def cmd_inspect(args) -> int:
     near = [_record(n) for n in rep.near_misses]
     if args.json:
         emit_json({"ok": True, "input": args.input, "target": target, "gelus": len(fusions), "fusions": fusions,
-                    "near_misses": near, "warnings": [warning] if warning else []})
+                   "near_misses": near, "already_target_ops": [_record(f) for f in rep.already],
+                   "warnings": [warning] if warning else []})
         return 0
     shown = f" [target {target}]" if args.target else ""
     print(f"{args.input}: {plural(len(fusions), 'GELU')} found, {plural(len(near), 'near-miss')}{shown}")

@@ -208,6 +208,11 @@ class GraphIndex:
 
         return ConstInfo(c.value.astype(np_dtype(to)), to, producer=i)
 
+    def type_of(self, name: str, depth: int = 6) -> int | None:
+        """Element type of ``name``: declared, or followed through a few
+        type-preserving producers (see _type_of)."""
+        return self._type_of(name, depth)
+
     def _type_of(self, name: str, depth: int) -> int | None:
         """Element type from value_info, else through a few type-preserving
         producers (elementwise ops, MatMul, Cast, CastLike, constants)."""

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-from onnx import TensorProto
+from onnx import NodeProto, TensorProto
 
 from . import contract as C
 from .graph import ANCHOR_OPS, BINARY_OPS, ELEMENTWISE, GraphIndex, tensor_value
@@ -83,6 +83,10 @@ class Match:
     bias: str | None = None
     bias_input: str | None = None
     bias_node: int | None = None
+    # A GELU already written as one node (gelu_onnx.native): that node, and
+    # whether its own second input is the bias (BiasGelu, FastGelu(X, B)).
+    single_op: NodeProto | None = None
+    bias_inside: bool = False
 
 
 @dataclass
@@ -596,6 +600,11 @@ def _diagnose(idx: GraphIndex, anchor: int, root: str):
     return "mismatched-x", f"reads two different tensors {srcs[0]!r} and {srcs[1]!r} where one x is required"
 
 
+def bias_initializer(m: Match):
+    """The TensorProto behind a [1, ..., 1, H] bias (find_bias accepted it)."""
+    return _find_initializer(m.index, _through_identity(m.index, m.bias))
+
+
 def _find_initializer(idx: GraphIndex, name: str):
     while idx is not None:
         if name in idx.initializers:
@@ -620,7 +629,9 @@ _PRIORITY = {
 
 
 def find_bias(m: Match) -> None:
-    """x = Add(h, b) with b a constant 1-D vector over x's last dim → bias."""
+    """x = Add(h, b) with b a constant over x's last dim → bias: 1-D, or
+    [1, ..., 1, H] when that cannot widen h (h's rank is known and at least
+    b's: a [1, 1, H] bias on a rank-3 activation, as exporters write it)."""
     idx = m.index
     p = idx.producer.get(m.leaf)
     if p is None or m.leaf in idx.graph_outputs:
@@ -634,9 +645,13 @@ def find_bias(m: Match) -> None:
         dims = _const_dims(idx, b)
         if dims is None or idx.constant(h) is not None or _const_dims(idx, h) is not None:
             continue
-        if len(dims) != 1 or dims[0] < 1 or _const_type(idx, b) != m.leaf_type:
+        if not dims or dims[-1] < 1 or any(d != 1 for d in dims[:-1]) or _const_type(idx, b) != m.leaf_type:
             continue
-        if _last_dim(idx, h) == dims[0]:
+        if len(dims) > 1:
+            shape = idx.shape(h)
+            if shape is None or len(shape) < len(dims) or _find_initializer(idx, _through_identity(idx, b)) is None:
+                continue
+        if _last_dim(idx, h) == dims[-1]:
             m.bias, m.bias_input, m.bias_node = b, h, p
             return
 

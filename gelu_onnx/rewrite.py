@@ -61,12 +61,34 @@ def emit_nodes(m: Match, em: Emission, compute_type: int, use_bias: bool, names:
         cx = names(f"{x}_cast")
         nodes.append(_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
         x = cx
-    ins = [x, m.bias] if use_bias else [x]
+    ins = [x, _bias_1d(m, names)] if use_bias else [x]
     out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
     nodes.append(_node(em.op_type, ins, [out], names(f"{m.root}_{em.op_type}"), em.domain or None, **em.attrs))
     if out != m.root:
         nodes.append(_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
     return nodes
+
+
+def _bias_1d(m: Match, names: NameGen) -> str:
+    """The ops take a 1-D bias: a [1, ..., 1, H] initializer gets a 1-D twin
+    (same bytes, new dims) next to the region; the old one, once unread, is
+    removed with the other dead constants."""
+    shape = m.index.shape(m.bias)
+    if shape is not None and len(shape) <= 1:
+        return m.bias
+    from .match import bias_initializer
+
+    t = bias_initializer(m)
+    if t is None or len(t.dims) <= 1:
+        return m.bias
+    flat = TensorProto()
+    flat.CopyFrom(t)
+    flat.name = names(f"{t.name}_1d")
+    del flat.dims[:]
+    flat.dims.append(t.dims[-1])
+    m.index.graph.initializer.append(flat)
+    m.consts = set(m.consts) | {t.name}
+    return flat.name
 
 
 def _node(op_type: str, inputs, outputs, name: str, domain: str | None = None, **attrs) -> NodeProto:

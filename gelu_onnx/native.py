@@ -1,0 +1,155 @@
+"""GELUs already written as one op: inputs like any other spelling.
+
+Exporters and optimizers write GELU as a single node: ONNX ``Gelu`` (opset
+>= 20; torch 2.13's default dynamo export), ONNX Runtime's ``com.microsoft``
+``Gelu`` / ``BiasGelu`` / ``FastGelu`` / ``QuickGelu`` (its optimizers), and
+our own ``ai.gelu_onnx`` ops (a model fused for another target). Each becomes
+a ``Match`` of one node, so every target converts it into its own ops and a
+model can move between targets. Their semantics (ORT contrib op docs,
+onnxruntime/core/graph/contrib_ops/bert_defs.cc): BiasGelu(X, B) =
+Gelu(X + B) with B 1-D over X's last dimension; FastGelu(X[, B]) is the tanh
+form of X (+ B); QuickGelu(X) = X * Sigmoid(alpha * X), alpha 1.702 by
+default.
+
+A node that is already the target's op, with nothing to absorb, is left
+alone (``already_target``): a second pass changes nothing.
+"""
+from __future__ import annotations
+
+from onnx import AttributeProto, NodeProto
+
+from . import contract as C
+from .graph import GraphIndex
+from .match import Match, NearMiss
+
+
+def _attr(node: NodeProto, name: str):
+    for a in node.attribute:
+        if a.name == name:
+            if a.type == AttributeProto.STRING:
+                return a.s.decode("utf-8", "replace")
+            if a.type == AttributeProto.FLOAT:
+                return a.f
+            return None  # the wrong attribute type: not a GELU we can read
+    return ...  # absent
+
+
+def describe(node: NodeProto):
+    """(form, takes_bias_input, alpha) for a single-op GELU, or a reason
+    string when the node is one of them but cannot be read, or None when it
+    is not a single-op GELU at all."""
+    dom, op = node.domain, node.op_type
+    if dom in ("", "ai.onnx") and op == "Gelu":
+        approx = _attr(node, "approximate")
+        approx = "none" if approx is ... else approx
+        if approx not in ("none", "tanh"):
+            return f"Gelu approximate={approx!r} is neither 'none' nor 'tanh'"
+        return ("erf" if approx == "none" else "tanh"), False, None
+    if dom == C.MS_DOMAIN:
+        if op == "Gelu":
+            return "erf", False, None
+        if op == "BiasGelu":
+            return "erf", True, None
+        if op == "FastGelu":
+            return "tanh", len([i for i in node.input if i]) > 1, None
+        if op == "QuickGelu":
+            alpha = _attr(node, "alpha")
+            alpha = 1.702 if alpha is ... else alpha  # the contrib op's default
+            return _sigmoid(alpha)
+        return None
+    if dom == C.DOMAIN and op in C.FORM_OF_OP_TYPE:
+        form, bias = C.FORM_OF_OP_TYPE[op]
+        if form != "sigmoid":
+            return form, bias, None
+        alpha = _attr(node, C.ATTR_ALPHA)
+        alpha = C.QUICK_GELU_ALPHA if alpha is ... else alpha
+        res = _sigmoid(alpha)
+        return res if isinstance(res, str) else (form, bias, res[2])
+    return None
+
+
+def _sigmoid(alpha):
+    if alpha is None or not (C.SIGMOID_ALPHA_RANGE[0] <= alpha <= C.SIGMOID_ALPHA_RANGE[1]):
+        return f"x*sigmoid(alpha*x) with alpha={alpha!r} is not a GELU (QuickGELU's alpha is near 1.702)"
+    return "sigmoid", False, float(alpha)
+
+
+def find_native(idx: GraphIndex):
+    """(matches, near-misses) for every single-op GELU in one graph."""
+    matches: list[Match] = []
+    misses: list[NearMiss] = []
+    for i, node in enumerate(idx.nodes):
+        d = describe(node)
+        if d is None:
+            continue
+        name = node.name or f"{node.op_type}#{i}"
+        if isinstance(d, str):
+            misses.append(NearMiss(idx.path, name, "native-attribute", d))
+            continue
+        form, has_bias, alpha = d
+        ins = [x for x in node.input]
+        if len(node.output) != 1 or not ins or not ins[0] or (has_bias and (len(ins) < 2 or not ins[1])):
+            misses.append(NearMiss(idx.path, name, "native-arity", f"{node.op_type} with unexpected inputs/outputs",
+                                   form))
+            continue
+        x, y = ins[0], node.output[0]
+        et = idx.type_of(x) or idx.type_of(y) or (idx.type_of(ins[1]) if has_bias else None)
+        if not et:
+            misses.append(NearMiss(idx.path, name, "unsupported-dtype",
+                                   f"the element type of {node.op_type}'s input is not declared "
+                                   f"(run onnx.shape_inference on the model first)", form))
+            continue
+        m = Match(idx, i, y, x, [i], set(), form, alpha, et, et, C.FLOAT_DTYPES.get(et, str(et)), 0.0,
+                  single_op=node)
+        if has_bias:
+            m.bias, m.bias_input, m.bias_inside = ins[1], x, True
+        matches.append(m)
+    return matches, misses
+
+
+def already_target(m: Match, em, use_bias: bool) -> bool:
+    """The node is exactly what the target would write for it."""
+    n = m.single_op
+    if n is None or (n.domain or "") != em.domain or n.op_type != em.op_type or use_bias != m.bias_inside:
+        return False
+    return m.form != "sigmoid" or _attr(n, "alpha") in (..., m.alpha)
+
+
+def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodeProto]:
+    """The replacement for a single-op GELU. A bias inside the old node that
+    the target's op cannot take becomes an Add in front."""
+    from onnx import helper
+
+    from .rewrite import emit_nodes
+
+    if not m.bias_inside or use_bias:
+        return emit_nodes(m, em, compute_type, use_bias, names)
+    biased = names(f"{m.leaf}_biased")
+    add = helper.make_node("Add", [m.leaf, m.bias], [biased], name=names(f"{m.root}_bias_Add"))
+    shifted = Match(m.index, m.anchor, m.root, biased, m.nodes, set(), m.form, m.alpha, m.leaf_type,
+                    m.root_type, m.precision, 0.0)
+    return [add] + emit_nodes(shifted, em, compute_type, False, names)
+
+
+def drop_unused_functions(model) -> None:
+    """Our model-local functions that no node calls any more (the model was
+    moved from the custom target to another) are removed."""
+    from .graph import subgraphs
+
+    used: set[str] = set()
+
+    def scan(nodes):
+        for n in nodes:
+            if n.domain == C.DOMAIN:
+                used.add(n.op_type)
+            for _, g in subgraphs(n):
+                scan(g.node)
+
+    scan(model.graph.node)
+    for f in model.functions:
+        if f.domain != C.DOMAIN:
+            scan(f.node)
+    keep = [f for f in model.functions if f.domain != C.DOMAIN or f.name in used]
+    if len(keep) != len(model.functions):
+        del model.functions[:]
+        model.functions.extend(keep)

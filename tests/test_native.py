@@ -1,0 +1,238 @@
+"""GELUs already written as one op (ONNX Gelu-20, com.microsoft Gelu/BiasGelu/
+FastGelu/QuickGelu, our own ops) move between targets, absorbing a bias Add
+in front when it is a constant over the last dimension; never otherwise.
+
+Every output: onnx.checker, ORT parity against the original graph (run by
+ORT itself, the independent reference), with and without our library for
+custom, and a second pass that changes nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import gelu_onnx
+from gelu_onnx import contract as C
+from gelu_onnx import ortlib
+from gelu_onnx.targets import make_function, target_takes_bias
+
+H = 8
+MS = C.MS_DOMAIN
+NP = {T.FLOAT: np.float32, T.FLOAT16: np.float16}
+TOL = {T.FLOAT: 1e-5, T.FLOAT16: 2e-3}
+TARGET_OPS = {
+    "custom": {(C.DOMAIN, op) for op in C.OP_TYPES.values()},
+    "standard": {("", "Gelu")},
+    "ort": {(MS, "Gelu"), (MS, "BiasGelu"), (MS, "FastGelu"), (MS, "QuickGelu")},
+}
+GELU_OPS = set().union(*TARGET_OPS.values())
+
+
+def gelu_node(kind: str, x: str, y: str, bias: str | None = None):
+    """kind: gelu20 | gelu20tanh | ms_gelu | ms_biasgelu | ms_fastgelu | ms_quick | ours_<OpType>."""
+    if kind == "gelu20":
+        return h.make_node("Gelu", [x], [y])
+    if kind == "gelu20tanh":
+        return h.make_node("Gelu", [x], [y], approximate="tanh")
+    if kind == "ms_gelu":
+        return h.make_node("Gelu", [x], [y], domain=MS)
+    if kind == "ms_biasgelu":
+        return h.make_node("BiasGelu", [x, bias], [y], domain=MS)
+    if kind == "ms_fastgelu":
+        return h.make_node("FastGelu", [x, bias] if bias else [x], [y], domain=MS)
+    if kind == "ms_quick":
+        return h.make_node("QuickGelu", [x], [y], domain=MS, alpha=1.702)
+    op = kind[len("ours_"):]
+    attrs = {C.ATTR_ALPHA: 1.702} if "Sigmoid" in op else {}
+    return h.make_node(op, [x, bias] if bias else [x], [y], domain=C.DOMAIN, **attrs)
+
+
+def ffn(kind: str, dt=T.FLOAT, arrangement: str = "none", rank: int = 2) -> onnx.ModelProto:
+    """x @ W [+ bias as `arrangement`] -> GELU `kind` -> y."""
+    rng = np.random.default_rng(7)
+    shape = ["b", H] if rank == 2 else ["b", "s", H]
+    inits = [nh.from_array(rng.standard_normal((H, H)).astype(NP[dt]), "W"),
+             nh.from_array(rng.standard_normal((H,)).astype(NP[dt]), "B")]
+    inputs = [h.make_tensor_value_info("x", dt, shape)]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["mm"])]
+    outputs = [h.make_tensor_value_info("y", dt, shape)]
+    src, bias = "mm", None
+    if arrangement == "add":  # Add(mm, B)
+        nodes.append(h.make_node("Add", ["mm", "B"], ["a"]))
+        src = "a"
+    elif arrangement == "add_swapped":  # Add(B, mm)
+        nodes.append(h.make_node("Add", ["B", "mm"], ["a"]))
+        src = "a"
+    elif arrangement == "add_113":  # a [1, 1, H] bias on a rank-3 activation
+        inits.append(nh.from_array(rng.standard_normal((1, 1, H)).astype(NP[dt]), "B3"))
+        nodes.append(h.make_node("Add", ["mm", "B3"], ["a"]))
+        src = "a"
+    elif arrangement == "reshape":  # MatMul -> Reshape -> Add -> GELU
+        inits.append(nh.from_array(np.array([-1, H], np.int64), "shp"))
+        nodes += [h.make_node("Reshape", ["mm", "shp"], ["r"]), h.make_node("Add", ["r", "B"], ["a"])]
+        src = "a"
+    elif arrangement == "inside":  # BiasGelu / FastGelu(X, B) / our Bias ops
+        bias = "B"
+    elif arrangement == "input_bias":  # the bias is a graph input: not a constant, never absorbed
+        inputs.append(h.make_tensor_value_info("bias_in", dt, [H]))
+        nodes.append(h.make_node("Add", ["mm", "bias_in"], ["a"]))
+        src = "a"
+    elif arrangement == "shared_add":  # the Add's output is also read elsewhere
+        nodes.append(h.make_node("Add", ["mm", "B"], ["a"]))
+        outputs.append(h.make_tensor_value_info("a", dt, shape))
+        src = "a"
+    elif arrangement == "full_bias":  # [N, H] bias: not over the last dim only
+        inits.append(nh.from_array(rng.standard_normal((4, H)).astype(NP[dt]), "BN"))
+        nodes.append(h.make_node("Add", ["mm", "BN"], ["a"]))
+        src = "a"
+    nodes.append(gelu_node(kind, src, "y", bias))
+    g = h.make_graph(nodes, "ffn", inputs, outputs, inits)
+    opsets = [h.make_opsetid("", 20), h.make_opsetid(MS, 1), h.make_opsetid(C.DOMAIN, C.OPSET_VERSION)]
+    m = h.make_model(g, opset_imports=opsets, ir_version=10)
+    if kind.startswith("ours_"):  # a model fused earlier for custom carries the op's function
+        m.functions.append(make_function(kind[len("ours_"):], 20, None))
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def feeds(m: onnx.ModelProto) -> dict:
+    rng = np.random.default_rng(11)
+    out = {}
+    for i in m.graph.input:
+        dims = [d.dim_value or 4 for d in i.type.tensor_type.shape.dim]
+        out[i.name] = (rng.standard_normal(dims) * 3).astype(NP[i.type.tensor_type.elem_type])
+    return out
+
+
+def run(m: onnx.ModelProto, library: bool) -> list[np.ndarray]:
+    so = gelu_onnx.session_options() if library else ort.SessionOptions()
+    so.log_severity_level = 3
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, feeds(m))
+
+
+def ops(m: onnx.ModelProto) -> list[tuple[str, str]]:
+    return [(n.domain, n.op_type) for n in m.graph.node]
+
+
+def check(orig: onnx.ModelProto, target: str, dt=T.FLOAT):
+    res = gelu_onnx.fuse_with_report(orig, target)
+    onnx.checker.check_model(res.model, full_check=True)
+    ref = run(orig, False)
+    libs = [False] + ([True] if target == "custom" and ortlib.available() else [])
+    for lib in libs:
+        for a, b in zip(run(res.model, lib), ref):
+            err = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            assert np.all(err <= TOL[dt] * (1 + np.abs(b.astype(np.float64)))), (target, lib, float(err.max()))
+    again = gelu_onnx.fuse_with_report(res.model, target)
+    assert not again.fusions and again.model.SerializeToString() == res.model.SerializeToString()
+    return res
+
+
+KINDS = ["gelu20", "gelu20tanh", "ms_gelu", "ms_fastgelu", "ms_quick", "ours_GeluErf", "ours_GeluTanh",
+         "ours_GeluSigmoid"]
+
+
+@pytest.mark.parametrize("dt", [T.FLOAT, T.FLOAT16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("arrangement", ["none", "add", "add_swapped", "add_113", "reshape"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("target", ["custom", "standard", "ort"])
+def test_single_op_gelu_becomes_the_targets_op(target, kind, arrangement, dt):
+    m = ffn(kind, dt, arrangement, rank=3 if arrangement == "add_113" else 2)
+    res = check(m, target, dt)
+    gelus = [o for o in ops(res.model) if o in GELU_OPS]
+    assert len(gelus) == 1
+    if kind.endswith("quick") or kind.endswith("Sigmoid"):
+        if target == "standard":  # no standard op: left as it was, reported
+            assert gelus == [o for o in ops(m) if o in GELU_OPS]
+            assert [n.code for n in res.near_misses] == ["no-standard-op"]
+            return
+    assert gelus[0] in TARGET_OPS[target]
+    form = "sigmoid" if kind.endswith(("quick", "Sigmoid")) else "tanh" if "anh" in kind else "erf"
+    absorbable = arrangement != "none" and target_takes_bias(target, form)
+    assert ("", "Add") not in ops(res.model) if absorbable else True
+    if absorbable:  # the bias went into the op
+        assert res.fusions and res.fusions[0].bias
+    if arrangement != "none" and not absorbable:
+        assert ("", "Add") in ops(res.model)  # Gelu-20 / QuickGelu take no bias
+    assert len(res.fusions) + len(res.already) == 1
+
+
+@pytest.mark.parametrize("kind", ["ms_biasgelu", "ms_fastgelu", "ours_BiasGeluErf", "ours_BiasGeluTanh",
+                                  "ours_BiasGeluSigmoid"])
+@pytest.mark.parametrize("target", ["custom", "standard", "ort"])
+def test_bias_inside_the_op_is_kept(target, kind):
+    m = ffn(kind, T.FLOAT, "inside")
+    res = check(m, target)
+    gelus = [o for o in ops(res.model) if o in GELU_OPS]
+    assert len(gelus) == 1
+    if target == "standard" and "Sigmoid" in kind:
+        return
+    assert gelus[0] in TARGET_OPS[target]
+    if target == "standard":  # the bias becomes an Add in front of Gelu-20
+        assert ops(res.model).count(("", "Add")) == 1
+
+
+@pytest.mark.parametrize("arrangement", ["input_bias", "shared_add", "full_bias"])
+@pytest.mark.parametrize("target", ["custom", "ort"])
+def test_bias_that_is_not_absorbable_stays(target, arrangement):
+    m = ffn("gelu20", T.FLOAT, arrangement)
+    res = check(m, target)
+    assert ("", "Add") in ops(res.model)
+    assert len(res.fusions) == 1 and not res.fusions[0].bias
+
+
+def test_native_gelu_inside_if_branches():
+    then_g = h.make_graph([h.make_node("Gelu", ["x"], ["t"])], "then", [],
+                          [h.make_tensor_value_info("t", T.FLOAT, ["b", H])])
+    else_g = h.make_graph([h.make_node("BiasGelu", ["x", "B"], ["e"], domain=MS)], "else", [],
+                          [h.make_tensor_value_info("e", T.FLOAT, ["b", H])])
+    g = h.make_graph(
+        [h.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)], "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["b", H]), h.make_tensor_value_info("c", T.BOOL, [])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["b", H])],
+        [nh.from_array(np.linspace(-1, 1, H).astype(np.float32), "B")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 20), h.make_opsetid(MS, 1)], ir_version=10)
+    for target in ("custom", "ort"):
+        res = gelu_onnx.fuse_with_report(m, target)
+        onnx.checker.check_model(res.model, full_check=True)
+        branches = {a.name: [(n.domain, n.op_type) for n in a.g.node] for a in res.model.graph.node[0].attribute}
+        assert all(any(o in TARGET_OPS[target] for o in v) for v in branches.values()), branches
+        for cond in (True, False):
+            x = np.linspace(-6, 6, 4 * H, dtype=np.float32).reshape(4, H)
+            f = {"x": x, "c": np.array(cond)}
+            a = ort.InferenceSession(res.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)
+            b = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)
+            np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-5)
+
+
+def test_moving_between_targets_round_trip():
+    """dynamo-style Gelu-20 with a bias Add -> custom -> ort -> standard -> custom:
+    each step in the target's ops, our functions gone once nothing calls them."""
+    m = ffn("gelu20", T.FLOAT, "add")
+    ref = run(m, False)
+    for target in ("custom", "ort", "standard", "custom"):
+        m = gelu_onnx.fuse(m, target)
+        onnx.checker.check_model(m, full_check=True)
+        assert any(o in TARGET_OPS[target] for o in ops(m))
+        assert bool(m.functions) == (target == "custom")
+        np.testing.assert_allclose(run(m, False)[0], ref[0], rtol=1e-5, atol=1e-5)
+
+
+def test_inspect_lists_single_op_gelus():
+    m = ffn("ms_biasgelu", T.FLOAT, "inside")
+    rep = gelu_onnx.inspect(m, "custom")
+    assert [(f.form, f.bias, f.op) for f in rep.fusions] == [("erf", True, f"{C.DOMAIN}.BiasGeluErf")]
+    rep = gelu_onnx.inspect(m, "ort")
+    assert not rep.fusions and [(f.form, f.bias, f.op) for f in rep.already] == [("erf", True, f"{MS}.BiasGelu")]
+
+
+def test_unreadable_native_attribute_is_a_near_miss():
+    m = ffn("gelu20", T.FLOAT)
+    m.graph.node[-1].attribute.append(h.make_attribute("approximate", "cubic"))
+    res = gelu_onnx.fuse_with_report(m, "custom")
+    assert not res.fusions and [n.code for n in res.near_misses] == ["native-attribute"]
