@@ -61,8 +61,10 @@ def tokenize(sentences, max_length: int = 128) -> dict[str, np.ndarray]:
     return {k: np.asarray(enc[k], dtype=np.int64) for k in INPUTS}
 
 
-def export_minilm(path, opset: int = 17) -> Path:
-    """Export the checkpoint's BertModel to ``path`` (written via temp file + rename)."""
+def export_minilm(path, opset: int | None = 17, dynamo: bool = False) -> Path:
+    """Export the checkpoint's BertModel to ``path`` (written via temp file +
+    rename). ``dynamo=True, opset=None``: torch's default exporter as a user
+    calls it today (torch 2.13: dynamo, opset 20, native Gelu nodes)."""
     _offline()
     import onnx
     import torch
@@ -87,9 +89,15 @@ def export_minilm(path, opset: int = 17) -> Path:
     axes[OUTPUT] = {0: "batch", 1: "sequence"}
     tmp = path.with_name(path.name + ".tmp")
     with torch.no_grad():
-        torch.onnx.export(_Body(model).eval(), args, str(tmp), dynamo=False, opset_version=opset,
-                          input_names=list(INPUTS), output_names=[OUTPUT], dynamic_axes=axes,
-                          do_constant_folding=True)
+        if dynamo:
+            kw = {} if opset is None else {"opset_version": opset}
+            prog = torch.onnx.export(_Body(model).eval(), args, dynamo=True, input_names=list(INPUTS),
+                                     output_names=[OUTPUT], dynamic_axes=axes, **kw)
+            prog.save(str(tmp))
+        else:
+            torch.onnx.export(_Body(model).eval(), args, str(tmp), dynamo=False, opset_version=opset,
+                              input_names=list(INPUTS), output_names=[OUTPUT], dynamic_axes=axes,
+                              do_constant_folding=True)
     m = onnx.load(str(tmp))
     m.ir_version = min(m.ir_version, IR_VERSION)  # onnxruntime 1.31 loads <= 13
     onnx.save(m, str(tmp))

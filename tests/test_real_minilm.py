@@ -91,3 +91,39 @@ def test_minilm_custom_with_library(minilm_export, fused_minilm):
         pytest.skip("gelu_onnx.ortlib (the custom-op library) is not built/available here")
     _, feeds, ref = minilm_export
     _assert_close("custom", "with the custom-op library", minilm.embed(fused_minilm["custom"].model, feeds, so), ref)
+
+
+@pytest.fixture(scope="session")
+def minilm_dynamo(tmp_path_factory):
+    """torch's default export as a user runs it today: dynamo, default opset."""
+    path = minilm.export_minilm(tmp_path_factory.mktemp("minilm_dynamo") / "minilm_dynamo.onnx",
+                                opset=None, dynamo=True)
+    return onnx.load(str(path))
+
+
+TARGET_OP = {"custom": (contract.DOMAIN, "BiasGeluErf"), "standard": ("", "Gelu"),
+             "ort": (contract.MS_DOMAIN, "BiasGelu")}
+
+
+@pytest.mark.parametrize("target", ["custom", "standard", "ort"])
+def test_minilm_dynamo_default_export(minilm_export, minilm_dynamo, target):
+    """The export writes native Gelu-20 after MatMul+Add: every target ends with
+    one op of its own per GELU (the bias absorbed where the op takes one), and
+    the embeddings match the TorchScript export's."""
+    _, feeds, ref = minilm_export
+    m = minilm_dynamo
+    default = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    assert default >= contract.STANDARD_GELU_OPSET
+    assert sum(n.op_type == "Gelu" for n in m.graph.node) == minilm.NUM_GELUS
+    res = gelu_onnx.fuse_with_report(m, target=target)
+    onnx.checker.check_model(res.model, full_check=True)
+    ops = [(n.domain, n.op_type) for n in res.model.graph.node]
+    assert ops.count(TARGET_OP[target]) == minilm.NUM_GELUS, ops
+    if target == "standard":  # already Gelu-20: kept as it was
+        assert not res.fusions and len(res.already) == minilm.NUM_GELUS
+    else:
+        assert len(res.fusions) == minilm.NUM_GELUS and all(f.bias for f in res.fusions)
+    _assert_close(target, "dynamo export, plain onnxruntime", minilm.embed(res.model, feeds), ref)
+    so = _library_options()
+    if target == "custom" and so is not None:
+        _assert_close(target, "dynamo export, custom-op library", minilm.embed(res.model, feeds, so), ref)
