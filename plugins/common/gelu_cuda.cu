@@ -1,18 +1,20 @@
-// CUDA GELU kernels: the same math as the CPU paths (gelu_math.inc through
-// the scalar primitives, compiled with --fmad=false so the only FMAs are the
-// explicit ones), fp16/bf16 computed in fp32 and rounded once.
-// 128-bit vector loads/stores when the pointers and the bias row allow it,
-// a scalar tail, 64-bit indexing, grid-stride loops, the caller's stream.
+// CUDA GELU kernels: gelu_cuda_body.h on the device. Float-only math shared
+// with the CPU kernels (gelu_math.inc through the scalar primitives, compiled
+// with --fmad=false so the only FMAs are the explicit ones), fp16/bf16
+// computed in fp32 and rounded once; 128-bit streaming loads/stores when the
+// pointers and the bias row allow it, element-wise otherwise; 64-bit indexing;
+// the caller's stream.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <type_traits>
 
 #include "gelu_cuda_args.h"
-#include "gelu_kernels.h"
-#include "gelu_simd_scalar.h"
 
-namespace {
-
+namespace gelu_cuda_io {
 template <typename T> __device__ __forceinline__ float to_f32(T v);
 template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }
 template <> __device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
@@ -26,47 +28,75 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
   return __float2bfloat16_rn(v);
 }
 
-template <int FORM>
-__device__ __forceinline__ float apply(float v, float alpha) {
-  if (FORM == GELU_FORM_ERF) return gelu_scalar::gelu_erf_v<true>(v);  // precise: memory-bound anyway
-  if (FORM == GELU_FORM_TANH) return gelu_scalar::gelu_tanh_v(v);
-  return gelu_scalar::gelu_sigmoid_v(v, alpha);
+// Bit-exact moves between a pack and the machine word of its size.
+template <int N> struct Word;
+template <> struct Word<2> { typedef unsigned short type; };
+template <> struct Word<4> { typedef unsigned int type; };
+template <> struct Word<16> { typedef uint4 type; };
+template <typename P> __device__ __forceinline__ P from_word(typename Word<sizeof(P)>::type w) {
+  P p;
+  memcpy(&p, &w, sizeof p);
+  return p;
 }
-
-// VEC elements per 16-byte access; VEC == 1 is the plain element-wise kernel.
-template <int FORM, typename T, int VEC, bool BIAS>
-__global__ void gelu_kernel(const T* __restrict__ x, const T* __restrict__ b, int64_t bias_len,
-                            T* __restrict__ y, int64_t n, float alpha) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t nvec = n / VEC;
-  struct alignas(16) Pack { T v[VEC]; };
-  for (int64_t i = tid; i < nvec; i += stride) {
-    Pack px = reinterpret_cast<const Pack*>(x)[i], pb, py;
-    if (BIAS) pb = *reinterpret_cast<const Pack*>(b + (i * VEC) % bias_len);
+// x and y are touched once: evict-first (ld.cs / st.cs); the bias row is reused.
+template <typename P> __device__ __forceinline__ P ld_stream(const P* p) {
+  return from_word<P>(__ldcs(reinterpret_cast<const typename Word<sizeof(P)>::type*>(p)));
+}
+template <typename P> __device__ __forceinline__ P ld_keep(const P* p) {
+  return from_word<P>(__ldg(reinterpret_cast<const typename Word<sizeof(P)>::type*>(p)));
+}
+template <typename P> __device__ __forceinline__ void st_stream(P* p, const P& v) {
+  typename Word<sizeof(P)>::type w;
+  memcpy(&w, &v, sizeof w);
+  __stcs(reinterpret_cast<typename Word<sizeof(P)>::type*>(p), w);
+}
+// Pack <-> float[VEC]; two elements per conversion instruction (F2FP PACK_AB)
+// for the 16-bit types.
+template <typename P> using Elem = std::remove_cv_t<std::remove_reference_t<decltype(P::v[0])>>;
+template <typename P> __device__ __forceinline__ void to_f32v(const P& p, float* f) {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      float v = to_f32(px.v[k]);
-      if (BIAS) v += to_f32(pb.v[k]);
-      py.v[k] = from_f32<T>(apply<FORM>(v, alpha));
+  for (int e = 0; e < int(sizeof(P) / sizeof(Elem<P>)); ++e) f[e] = to_f32(p.v[e]);
+}
+template <typename P> __device__ __forceinline__ void from_f32v(const float* f, P& p) {
+  using T = Elem<P>;
+  constexpr int V = sizeof(P) / sizeof(T);
+  if constexpr (std::is_same_v<T, __half> && V % 2 == 0) {
+#pragma unroll
+    for (int e = 0; e < V; e += 2) {
+      const __half2 h = __floats2half2_rn(f[e], f[e + 1]);
+      p.v[e] = __low2half(h), p.v[e + 1] = __high2half(h);
     }
-    reinterpret_cast<Pack*>(y)[i] = py;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16> && V % 2 == 0) {
+#pragma unroll
+    for (int e = 0; e < V; e += 2) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(f[e], f[e + 1]);
+      p.v[e] = __low2bfloat16(h), p.v[e + 1] = __high2bfloat16(h);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) p.v[e] = from_f32<T>(f[e]);
   }
-  for (int64_t i = nvec * VEC + tid; i < n; i += stride) {  // tail (< VEC elements)
-    float v = to_f32(x[i]);
-    if (BIAS) v += to_f32(b[i % bias_len]);
-    y[i] = from_f32<T>(apply<FORM>(v, alpha));
-  }
+}
+}  // namespace gelu_cuda_io
+
+#include "gelu_cuda_body.h"
+
+namespace {
+
+// Accuracy and the bit-exact CPU agreement are the contract: IEEE division and
+// no contraction (--fmad=false) are required, whatever flags a build adds.
+template <int FORM, typename T, int VEC, bool BIAS>
+__global__ void __launch_bounds__(gelu_cuda::kThreads)
+    gelu_kernel(const T* __restrict__ x, const T* __restrict__ b, int64_t bias_len,
+                T* __restrict__ y, int64_t n, float alpha) {
+  gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(blockIdx.x, gridDim.x, threadIdx.x, x, b, bias_len, y, n, alpha);
 }
 
 template <int FORM, typename T, int VEC, bool BIAS>
 cudaError_t launch(const void* x, const void* b, int64_t bl, void* y, int64_t n, float a,
                    cudaStream_t s) {
-  const int threads = 256;
-  const int64_t work = (n + VEC - 1) / VEC;
-  const int64_t want = (work + threads - 1) / threads;
-  const unsigned blocks = static_cast<unsigned>(want < 8192 ? want : 8192);
-  gelu_kernel<FORM, T, VEC, BIAS><<<blocks, threads, 0, s>>>(
+  const unsigned blocks = static_cast<unsigned>(gelu_cuda::grid_blocks(n, VEC));
+  gelu_kernel<FORM, T, VEC, BIAS><<<blocks, gelu_cuda::kThreads, 0, s>>>(
       static_cast<const T*>(x), static_cast<const T*>(b), bl, static_cast<T*>(y), n, a);
   return cudaGetLastError();
 }
@@ -75,14 +105,13 @@ template <int FORM, typename T>
 cudaError_t dispatch(const void* x, const void* b, int64_t bl, void* y, int64_t n, float a,
                      cudaStream_t s) {
   constexpr int VEC = 16 / sizeof(T);
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  const bool vec_ok = aligned(x) && aligned(y) && (!b || (aligned(b) && bl % VEC == 0));
+  const bool vec = gelu_cuda::vec_ok(x, b, bl, y, VEC);
   if (b) {
-    return vec_ok ? launch<FORM, T, VEC, true>(x, b, bl, y, n, a, s)
-                  : launch<FORM, T, 1, true>(x, b, bl, y, n, a, s);
+    return vec ? launch<FORM, T, VEC, true>(x, b, bl, y, n, a, s)
+               : launch<FORM, T, 1, true>(x, b, bl, y, n, a, s);
   }
-  return vec_ok ? launch<FORM, T, VEC, false>(x, b, bl, y, n, a, s)
-                : launch<FORM, T, 1, false>(x, b, bl, y, n, a, s);
+  return vec ? launch<FORM, T, VEC, false>(x, b, bl, y, n, a, s)
+             : launch<FORM, T, 1, false>(x, b, bl, y, n, a, s);
 }
 
 template <int FORM>
@@ -92,6 +121,9 @@ cudaError_t dispatch_dtype(gelu_dtype_t dt, const void* x, const void* b, int64_
   if (dt == GELU_DTYPE_F16) return dispatch<FORM, __half>(x, b, bl, y, n, a, s);
   return dispatch<FORM, __nv_bfloat16>(x, b, bl, y, n, a, s);
 }
+
+// The last failed launch of this thread, for gelu_cuda_last_error().
+thread_local char g_last_error[256] = "";
 
 }  // namespace
 
@@ -106,5 +138,9 @@ extern "C" gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, 
   if (form == GELU_FORM_ERF) err = dispatch_dtype<GELU_FORM_ERF>(dtype, x, bias, bias_len, y, n, alpha, s);
   else if (form == GELU_FORM_TANH) err = dispatch_dtype<GELU_FORM_TANH>(dtype, x, bias, bias_len, y, n, alpha, s);
   else err = dispatch_dtype<GELU_FORM_SIGMOID>(dtype, x, bias, bias_len, y, n, alpha, s);
-  return err == cudaSuccess ? GELU_OK : GELU_ERR_CUDA;
+  if (err == cudaSuccess) return GELU_OK;
+  snprintf(g_last_error, sizeof g_last_error, "%s: %s", cudaGetErrorName(err), cudaGetErrorString(err));
+  return GELU_ERR_CUDA;
 }
+
+extern "C" const char* gelu_cuda_last_error(void) { return g_last_error; }

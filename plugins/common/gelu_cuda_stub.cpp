@@ -10,3 +10,7 @@ extern "C" gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, 
   const gelu_status_t st = gelu_cuda_check_args(form, dtype, x, bias, bias_len, y, n, &empty);
   return st != GELU_OK || empty ? st : GELU_ERR_NO_CUDA;
 }
+
+extern "C" const char* gelu_cuda_last_error(void) {
+  return "gelu-onnx was built without CUDA (no working nvcc at build time; see the build log)";
+}

@@ -23,7 +23,7 @@ typedef enum {
   GELU_ERR_BAD_DTYPE = 2,
   GELU_ERR_BAD_BIAS = 3,   // bias_len <= 0 with bias != NULL, or n % bias_len != 0
   GELU_ERR_BAD_ARG = 4,    // NULL pointers with n > 0, n < 0
-  GELU_ERR_CUDA = 5,       // a CUDA launch failed (see cudaGetLastError)
+  GELU_ERR_CUDA = 5,       // a CUDA launch failed (text: gelu_cuda_last_error())
   GELU_ERR_NO_CUDA = 6,    // library built without CUDA
 } gelu_status_t;
 
@@ -57,13 +57,19 @@ const char* gelu_cpu_set_isa(const char* name);
 // tail rational and final products in double (<= 1.5 ulp, ~half the
 // throughput on AVX2). Any other value only queries. Returns the mode in use.
 // GELU_ONNX_ERF=precise in the environment selects 1 at start-up. The CUDA
-// kernels always use the precise variant (they are memory-bound).
+// kernels use the all-float variant (mode 0's bits).
 int gelu_cpu_erf_precise(int mode);
 
 // CUDA: enqueues the whole tensor on `stream` (a cudaStream_t; NULL = default).
+// The math is the CPU kernels' default (all-float erf): the same bits.
 gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, const void* x,
                                const void* bias, int64_t bias_len, void* y, int64_t n,
                                float alpha, void* stream);
+
+// After gelu_cuda_launch returned GELU_ERR_CUDA (or GELU_ERR_NO_CUDA): what
+// went wrong, for the user ("cudaErrorNoKernelImageForDevice: no kernel image
+// is available for execution on the device"). Per thread; "" if nothing failed.
+const char* gelu_cuda_last_error(void);
 
 #ifdef __cplusplus
 }

@@ -40,10 +40,12 @@ GELU_HD inline vf vround(vf a) { return rintf(a); }  // nearest even (default mo
 // t * 2^(m >> 2) for m = bits(j) - MAGIC_BITS: (MAGIC_BITS >> 2) << 23 wraps to
 // 0 in 32 bits and MAGIC_BITS is a multiple of 4, so this is floor(m/4) << 23.
 GELU_HD inline vf vscale_m4(vf t, vf j) { return bitsf(fbits(t) + ((fbits(j) >> 2) << 23)); }
-// Entry (bits(j) & 3) of a 4-entry table.
+// Entry (bits(j) & 3) of a 4-entry table, as selects: an indexed local array
+// would put the table on the GPU's stack (a local store + load per element).
 GELU_HD inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
-  const float t[4] = {t0, t1, t2, t3};
-  return t[fbits(j) & 3u];
+  const uint32_t i = fbits(j);
+  const float lo = (i & 1u) ? t1 : t0, hi = (i & 1u) ? t3 : t2;
+  return (i & 2u) ? hi : lo;
 }
 // Sign bit of x set ? a : b.
 GELU_HD inline vf vsel_sign(vf x, vf a, vf b) { return (fbits(x) >> 31) ? a : b; }

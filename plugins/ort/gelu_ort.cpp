@@ -65,9 +65,9 @@ const char* dtype_name(ONNXTensorElementDataType t) {
   }
 }
 
-OrtStatus* error(const OpDef* op, const std::string& msg) {
+OrtStatus* error(const OpDef* op, const std::string& msg, OrtErrorCode code = ORT_INVALID_ARGUMENT) {
   const std::string full = std::string(GELU_ONNX_DOMAIN ".") + op->name + ": " + msg;
-  return g_api->CreateStatus(ORT_INVALID_ARGUMENT, full.c_str());
+  return g_api->CreateStatus(code, full.c_str());
 }
 
 std::string shape_str(const std::vector<int64_t>& d) {
@@ -208,6 +208,8 @@ OrtStatus* ORT_API_CALL KernelComputeV2(void* kp, OrtKernelContext* ctx) {
     void* stream = nullptr;
     if ((st = api->KernelContext_GetGPUComputeStream(ctx, &stream))) return st;
     const gelu_status_t rc = gelu_cuda_launch(def->form, def->dtype, x, bias, bias_len, y, n, k->alpha, stream);
+    if (rc == GELU_ERR_CUDA || rc == GELU_ERR_NO_CUDA)  // the CUDA runtime's own words: actionable
+      return error(def, std::string("CUDA kernel launch failed: ") + gelu_cuda_last_error(), ORT_EP_FAIL);
     if (rc != GELU_OK) return error(def, "CUDA kernel launch failed (gelu_status " + std::to_string(rc) + ")");
     return nullptr;
   }

@@ -1,0 +1,94 @@
+"""The CUDA kernels run on the host: plugins/common/gelu_cuda_body.h (the
+kernel body, __host__ __device__) compiled with g++ under ASan/UBSan and run by
+gelu_cuda_emu.cpp for every (block, thread) of the device launch's grid, in
+forward, reverse and shuffled order, against the CPU kernels bit for bit (any
+NaN equals any NaN): every form x dtype x bias, x/y/bias offsets 0..VEC
+elements, tails, n = 0, bias lengths 1..1000, many tiles per block
+(plugins/common/tests/gelu_cuda_emu_check.cpp does the sweep). Each buffer is
+allocated at its exact size, so one element read or written past x, b or y is
+an ASan error.
+
+The opt-in slow check (GELU_ONNX_HUGE_TESTS=1, ~9 GB of memory) runs n > 2^31
+fp16 with each array ending at a PROT_NONE guard page.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+COMMON = Path(__file__).resolve().parent.parent / "plugins" / "common"
+SOURCES = {
+    "gelu_cuda_emu.cpp": [],
+    "tests/gelu_cuda_emu_check.cpp": [],
+    "gelu_cpu.cpp": [],
+    "gelu_cpu_scalar.cpp": [],
+    "gelu_cpu_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],
+    "gelu_cpu_avx512.cpp": ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mfma", "-mf16c"],
+}
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+
+
+def _host_has_fma() -> bool:
+    try:
+        return " fma " in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def emu_check(tmp_path_factory) -> Path:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+    if not cxx:
+        pytest.skip("no C++ compiler (g++ or clang++) to build the host emulation")
+    if platform.machine() != "x86_64":
+        pytest.skip("the CPU kernels' per-file ISA flags here are x86-64 ones")
+    out = tmp_path_factory.mktemp("cuda_emu")
+    # -mfma: fmaf inline instead of a libm call (~10x faster emulation; same bits).
+    base = ["-std=c++17", "-O2", "-g", "-fno-omit-frame-pointer", "-ffp-contract=off",
+            "-fno-fast-math", f"-I{COMMON}", *SANITIZE]
+    emu_flags = ["-mfma"] if _host_has_fma() else []
+
+    def compile_one(item):
+        src, flags = item
+        obj = out / (Path(src).stem + ".o")
+        extra = emu_flags if src == "gelu_cuda_emu.cpp" else []
+        cmd = [cxx, *base, *flags, *extra, "-c", str(COMMON / src), "-o", str(obj)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
+        return str(obj)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the CI machine has 2 cores
+        objs = list(pool.map(compile_one, SOURCES.items()))
+    exe = out / "gelu_cuda_emu_check"
+    r = subprocess.run([cxx, *SANITIZE, *objs, "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return exe
+
+
+def _run(exe: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+    env.pop("GELU_ONNX_ERF", None)  # the check selects the CPU erf variant itself
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
+
+
+def test_emulated_grid_matches_cpu_kernels(emu_check):
+    r = _run(emu_check)
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    # 3 orders x 3 forms x 3 dtypes reported, and the final verdict.
+    assert r.stdout.count(" 0 mismatches so far") == 27, r.stdout
+    assert r.stdout.strip().endswith("OK: 0 mismatches"), r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("GELU_ONNX_HUGE_TESTS") != "1",
+                    reason="opt-in: set GELU_ONNX_HUGE_TESTS=1 (n > 2^31, ~9 GB of memory, minutes)")
+def test_emulated_grid_beyond_2_31_elements(emu_check):
+    r = _run(emu_check, "huge")
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    assert r.stdout.count("0 differing chunks") == 2, r.stdout
