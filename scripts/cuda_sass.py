@@ -1,0 +1,241 @@
+"""Read the compiled CUDA kernels: per kernel registers, stack, spills, local
+memory, FP64 instructions, 128-bit global loads/stores, and the hot-path
+instructions per element, from ptxas -v and cuobjdump (pip:
+nvidia-cuda-cuobjdump). tests/test_cuda_static.py gates on it and diffs the
+table against the committed benchmarks/results/cuda_sass_sm90.md.
+
+Hot path: the main loop of a kernel is the loop (a backward branch) whose
+cheapest trip (shortest path through its blocks, in instructions, NOPs
+excluded) holds the most global loads/stores; on that path, instructions /
+elements stored = instructions per element. The cheapest trip skips the
+rare wide-range formulas (taken by a branch only for |x| beyond the fast range).
+
+    python scripts/cuda_sass.py [--arch 90] [--write]   # print (or rewrite) the table
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import heapq
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "plugins" / "common" / "gelu_cuda.cu"
+TABLE = ROOT / "benchmarks" / "results" / "cuda_sass_sm{arch}.md"
+NVCC_FLAGS = ["-O3", "--fmad=false", "-std=c++17"]  # as plugins/CMakeLists.txt builds it
+FP64 = re.compile(r"^(DADD|DMUL|DFMA|DSETP|DSET|DMNMX|DMMA)\b|\.F64|64H\b")
+ELEM = {"f": ("f32", 4), "6__half": ("f16", 2), "13__nv_bfloat16": ("bf16", 2)}
+FORMS = {"0": "erf", "1": "tanh", "2": "sigmoid"}
+NAME = re.compile(r"gelu_kernelILi(\d)E(f|6__half|13__nv_bfloat16)Li(\d+)ELb([01])E")
+INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+
+
+def find_tool(name: str) -> str | None:
+    """nvcc: PATH, $CUDA_HOME/bin, /usr/local/cuda/bin; cuobjdump also the pip wheel's."""
+    dirs = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    for d in dirs:
+        if d and Path(d, "bin", name).is_file():
+            return str(Path(d, "bin", name))
+    found = shutil.which(name)
+    if found:
+        return found
+    for sp in {sysconfig.get_paths()["purelib"], *sys.path}:
+        hits = sorted(glob.glob(os.path.join(sp, "nvidia", "cu*", "bin", name)))
+        if hits:
+            return hits[-1]
+    return None
+
+
+@dataclass
+class Kernel:
+    form: str
+    dtype: str
+    esize: int
+    vec: int
+    bias: bool
+    regs: int = 0
+    stack: int = 0
+    local: int = 0
+    spills: int = 0
+    insns: list = field(default_factory=list)  # (addr, pred, opcode, operands)
+
+    @property
+    def key(self) -> str:
+        return f"{self.form} {self.dtype} vec{self.vec} {'bias' if self.bias else 'nobias'}"
+
+    def count(self, pred) -> int:
+        return sum(1 for i in self.insns if pred(i[2], i[3]))
+
+
+def compile_and_dump(arch: str, workdir: Path) -> tuple[str, str, str]:
+    nvcc, cuobjdump = find_tool("nvcc"), find_tool("cuobjdump")
+    if not nvcc or not cuobjdump:
+        raise FileNotFoundError(f"nvcc: {nvcc}, cuobjdump: {cuobjdump} (pip install nvidia-cuda-cuobjdump)")
+    cubin = workdir / f"gelu_cuda_sm{arch}.cubin"
+    r = subprocess.run([nvcc, "-cubin", f"-arch=sm_{arch}", *NVCC_FLAGS, "-Xptxas", "-v",
+                        f"-I{SOURCE.parent}", str(SOURCE), "-o", str(cubin)],
+                       capture_output=True, text=True, check=True)
+    ver = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
+    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    res = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return r.stderr + r.stdout + "\n" + res, sass, ver.group(1) if ver else "?"
+
+
+def parse(ptxas_and_res: str, sass: str) -> dict[str, Kernel]:
+    kernels: dict[str, Kernel] = {}
+
+    def kernel(mangled: str) -> Kernel | None:
+        m = NAME.search(mangled)
+        if not m:
+            return None
+        if mangled not in kernels:
+            dtype, esize = ELEM[m.group(2)]
+            kernels[mangled] = Kernel(FORMS[m.group(1)], dtype, esize, int(m.group(3)), m.group(4) == "1")
+        return kernels[mangled]
+
+    cur = None
+    for line in ptxas_and_res.splitlines():
+        m = re.search(r"Function properties for (\S+)|Compiling entry function '(\S+)'|Function (\S+):", line)
+        if m:
+            cur = kernel(next(g for g in m.groups() if g))
+            continue
+        if cur is None:
+            continue
+        if m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line):
+            cur.stack = max(cur.stack, int(m.group(1)))
+            cur.spills = max(cur.spills, int(m.group(2)) + int(m.group(3)))
+        if m := re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", line):
+            cur.regs, cur.stack, cur.local = int(m.group(1)), max(cur.stack, int(m.group(2))), int(m.group(3))
+    cur = None
+    for line in sass.splitlines():
+        if m := re.search(r"Function : (\S+)", line):
+            cur = kernel(m.group(1))
+        elif cur is not None and (m := INSN.search(line)):
+            pred = (m.group(2) or "").strip()
+            cur.insns.append((int(m.group(1), 16), pred, m.group(3), m.group(4).strip()))
+    return kernels
+
+
+def _blocks(insns):
+    """Basic blocks (index ranges) and successor lists."""
+    addr_idx = {a: i for i, (a, *_rest) in enumerate(insns)}
+    leaders = {0}
+    for i, (_a, _p, op, args) in enumerate(insns):
+        if op.startswith(("BRA", "EXIT", "RET", "JMP", "BRX")):
+            leaders.add(i + 1)
+            t = re.match(r"\s*(0x[0-9a-f]+)", args)
+            if t and int(t.group(1), 16) in addr_idx:
+                leaders.add(addr_idx[int(t.group(1), 16)])
+    starts = sorted(x for x in leaders if x < len(insns))
+    block_of = {}
+    blocks = []
+    for b, s in enumerate(starts):
+        e = starts[b + 1] if b + 1 < len(starts) else len(insns)
+        blocks.append((s, e))
+        for i in range(s, e):
+            block_of[i] = b
+    succ = []
+    for b, (s, e) in enumerate(blocks):
+        _a, pred, op, args = insns[e - 1]
+        out = []
+        uncond = pred in ("", "@PT")
+        if op.startswith(("BRA", "JMP")):
+            t = re.match(r"\s*(0x[0-9a-f]+)", args)
+            if t and int(t.group(1), 16) in addr_idx:
+                out.append(block_of[addr_idx[int(t.group(1), 16)]])
+            if not uncond and e < len(insns):
+                out.append(b + 1)
+        elif op.startswith(("EXIT", "RET")):
+            if not uncond and e < len(insns):
+                out.append(b + 1)
+        elif e < len(insns):
+            out.append(b + 1)
+        succ.append(out)
+    return blocks, succ
+
+
+def hot_path(k: Kernel) -> tuple[int, int, int]:
+    """(instructions, elements stored, 128-bit global accesses) on the main loop's cheapest trip."""
+    insns = k.insns
+    blocks, succ = _blocks(insns)
+
+    def cost(b):
+        s, e = blocks[b]
+        return sum(1 for i in range(s, e) if insns[i][2] != "NOP")
+
+    best = (0, 0, 0, 0)  # (memory ops, instrs, elements, wide accesses)
+    for u, outs in enumerate(succ):
+        for h in outs:
+            if h > u:
+                continue
+            # Dijkstra from h to u inside [h, u]; path cost includes both ends.
+            dist, prev = {h: cost(h)}, {}
+            pq = [(cost(h), h)]
+            while pq:
+                d, b = heapq.heappop(pq)
+                if d > dist.get(b, 1 << 60) or b == u:
+                    continue
+                for c in succ[b]:
+                    if h <= c <= u and d + cost(c) < dist.get(c, 1 << 60):
+                        dist[c], prev[c] = d + cost(c), b
+                        heapq.heappush(pq, (d + cost(c), c))
+            if u not in dist:
+                continue
+            path, b = [u], u
+            while b != h:
+                b = prev[b]
+                path.append(b)
+            ops = [insns[i] for b in path for i in range(*blocks[b]) if insns[i][2] != "NOP"]
+            mem = sum(1 for o in ops if o[2].startswith(("LDG", "STG")))
+            elems, wide = 0, 0
+            for o in ops:
+                if o[2].startswith("STG"):
+                    width = 16 if ".128" in o[2] else 8 if ".64" in o[2] else 2 if "16" in o[2] else 4
+                    elems += width // k.esize
+                if o[2].startswith(("LDG", "STG")) and ".128" in o[2]:
+                    wide += 1
+            if (mem, -len(ops)) > (best[0], -best[1]) and elems:
+                best = (mem, len(ops), elems, wide)
+    return best[1], best[2], best[3]
+
+
+def table(kernels: dict[str, Kernel], arch: str, nvcc_version: str) -> str:
+    lines = [f"# CUDA kernels, sm_{arch} (nvcc {nvcc_version}, {' '.join(NVCC_FLAGS)})", "",
+             "Generated by `python scripts/cuda_sass.py --arch " + arch + " --write`; "
+             "tests/test_cuda_static.py diffs it. Hot path: the main loop's cheapest trip "
+             "(scripts/cuda_sass.py).", "",
+             "| kernel | registers | stack B | spill B | local ld/st | FP64 | 128-bit ld/st in loop | hot-path instr | elements/trip | instr/element |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for k in sorted(kernels.values(), key=lambda k: (k.form, k.dtype, k.vec, k.bias)):
+        n, e, wide = hot_path(k)
+        local = k.count(lambda op, a: op.startswith(("LDL", "STL")))
+        fp64 = k.count(lambda op, a: bool(FP64.search(op)))
+        per = f"{n / e:.2f}" if e else "-"
+        lines.append(f"| {k.key} | {k.regs} | {k.stack} | {k.spills} | {local} | {fp64} | {wide} | {n} | {e} | {per} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", default="90")
+    ap.add_argument("--write", action="store_true", help="rewrite benchmarks/results/cuda_sass_sm<arch>.md")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gelu-sass-") as d:
+        res, sass, ver = compile_and_dump(args.arch, Path(d))
+    text = table(parse(res, sass), args.arch, ver)
+    if args.write:
+        Path(str(TABLE).format(arch=args.arch)).write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Static gates on the compiled CUDA kernels (no GPU needed): gelu_cuda.cu
+built for sm_90 with the project's flags, read with ptxas -v and cuobjdump
+(scripts/cuda_sass.py): no stack frame, no spills, no local memory, no FP64
+instruction in any kernel; 128-bit global loads and stores in the main loop of
+every vector kernel; and the per-kernel table (registers, hot-path
+instructions per element) equal to the committed
+benchmarks/results/cuda_sass_sm90.md. Also: the no-CUDA configuration builds,
+and a broken nvcc gives a CPU-only configuration instead of a failed one.
+
+Skips, saying why, without nvcc or cuobjdump (test extras:
+nvidia-cuda-cuobjdump); the table diff skips when the nvcc release differs
+from the one that wrote the table.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import cuda_sass  # noqa: E402
+
+ARCH = "90"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    for tool in ("nvcc", "cuobjdump"):
+        if not cuda_sass.find_tool(tool):
+            pytest.skip(f"no {tool} (nvcc: CUDA toolkit; cuobjdump: pip install nvidia-cuda-cuobjdump)")
+    res, sass, ver = cuda_sass.compile_and_dump(ARCH, tmp_path_factory.mktemp("sass"))
+    kernels = cuda_sass.parse(res, sass)
+    return kernels, cuda_sass.table(kernels, ARCH, ver), ver
+
+
+def test_every_kernel_is_compiled_and_read(compiled):
+    kernels, _, _ = compiled
+    # 3 forms x 3 dtypes x {16-byte, one-element} x {bias, no bias}
+    assert len(kernels) == 36, sorted(k.key for k in kernels.values())
+    assert all(k.insns and k.regs > 0 for k in kernels.values())
+
+
+def test_no_stack_spills_local_memory_or_fp64(compiled):
+    kernels, _, _ = compiled
+    for k in kernels.values():
+        assert k.stack == 0 and k.spills == 0 and k.local == 0, (k.key, k.stack, k.spills, k.local)
+        assert k.count(lambda op, a: op.startswith(("LDL", "STL"))) == 0, k.key
+        fp64 = [op for _, _, op, _ in k.insns if cuda_sass.FP64.search(op)]
+        assert not fp64, (k.key, fp64[:5])
+
+
+def test_vector_kernels_move_128_bits(compiled):
+    kernels, _, _ = compiled
+    for k in kernels.values():
+        if k.vec == 1:
+            continue
+        _, elems, wide = cuda_sass.hot_path(k)
+        # 4 packs per thread: 4 loads of x, 4 stores of y (+ 4 bias loads), all 16 bytes.
+        assert wide == (12 if k.bias else 8), (k.key, wide)
+        assert elems == 4 * k.vec, (k.key, elems)
+
+
+def test_table_matches_committed(compiled):
+    _, text, ver = compiled
+    path = Path(str(cuda_sass.TABLE).format(arch=ARCH))
+    committed = path.read_text()
+    m = re.search(r"\(nvcc (\S+),", committed)
+    if not m or m.group(1) != ver:
+        pytest.skip(f"table written by nvcc {m.group(1) if m else '?'}, this is nvcc {ver}")
+    assert text == committed, (
+        f"the compiled kernels changed: check and commit `python scripts/cuda_sass.py --arch {ARCH} --write`\n"
+        + "\n".join(l for l in text.splitlines() if l not in committed.splitlines()))
+
+
+def _configure(tmp_path, *args, env=None):
+    cmake = shutil.which("cmake")
+    if not cmake:
+        pytest.skip("no cmake")
+    return subprocess.run([cmake, "-S", str(ROOT / "plugins"), "-B", str(tmp_path), "-DGELU_ONNX_ORT=OFF", *args],
+                          capture_output=True, text=True, env=env)
+
+
+def test_no_cuda_configuration_builds(tmp_path):
+    r = _configure(tmp_path, "-DGELU_ONNX_CUDA=OFF")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "CUDA kernels: OFF" in r.stdout
+    b = subprocess.run(["cmake", "--build", str(tmp_path), "--target", "gelu_kernels", "-j2"],
+                       capture_output=True, text=True)
+    assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
+    lib = next(tmp_path.glob("libgelu_kernels.a"))
+    syms = subprocess.run(["nm", str(lib)], capture_output=True, text=True).stdout
+    assert re.search(r" T gelu_cuda_launch$", syms, re.M) and re.search(r" T gelu_cuda_last_error$", syms, re.M)
+
+
+def test_broken_nvcc_falls_back_to_cpu_only(tmp_path):
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.0'\n"
+                    "echo 'sm_90'\nexit 0\n")  # answers --version and --list-gpu-code, compiles nothing
+    fake.chmod(0o755)
+    env = dict(os.environ, CUDACXX=str(fake))
+    r = _configure(tmp_path / "build", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "building WITHOUT the CUDA kernels (CPU only)" in r.stderr, r.stderr[-3000:]
