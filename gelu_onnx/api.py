@@ -25,7 +25,10 @@ from .rewrite import (
     replace_regions,
     wider,
 )
-from .targets import TARGETS, emission, make_function, supported, target_takes_bias
+from .targets import TARGETS, Target, emission, make_function, supported, target_takes_bias
+
+# What the API takes as a model: a ModelProto, or a path to an .onnx file.
+ModelLike = ModelProto | str | os.PathLike
 
 
 @dataclass
@@ -129,7 +132,7 @@ def _upgrade_for_standard(model: ModelProto, notes: list[str]) -> ModelProto:
 
 # --- the API --------------------------------------------------------------------
 
-def fuse_with_report(model, target: str = "custom", *, inplace: bool = False,
+def fuse_with_report(model: ModelLike, target: Target = "custom", *, inplace: bool = False,
                      base_dir: str | None = None) -> FuseResult:
     """Fuse every GELU in ``model`` (a ModelProto, a path or an
     io.LoadedModel) for ``target``. ``base_dir``: the folder a ModelProto's
@@ -160,12 +163,13 @@ def fuse_with_report(model, target: str = "custom", *, inplace: bool = False,
     return res
 
 
-def fuse(model, target: str = "custom", *, inplace: bool = False, base_dir: str | None = None) -> ModelProto:
+def fuse(model: ModelLike, target: Target = "custom", *, inplace: bool = False,
+         base_dir: str | None = None) -> ModelProto:
     """Return a new ModelProto with every GELU fused (see fuse_with_report)."""
     return fuse_with_report(model, target, inplace=inplace, base_dir=base_dir).model
 
 
-def inspect(model, target: str = "custom", *, base_dir: str | None = None) -> FuseResult:
+def inspect(model: ModelLike, target: Target = "custom", *, base_dir: str | None = None) -> FuseResult:
     """Every GELU that ``fuse`` would fuse, and every near-miss; changes nothing."""
     if target not in TARGETS:
         raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
@@ -271,3 +275,22 @@ def _rewrite(m: ModelProto, plan, target: str, res: FuseResult) -> None:
         add_functions(m, [make_function(op, opset, fn_dtype[op]) for op in sorted(fn_dtype)])
     elif target == "ort":
         ensure_opset(m, C.MS_DOMAIN, 1)
+
+
+def save(model: ModelProto, path: str | os.PathLike, *, base_dir: str | None = None) -> str:
+    """Write ``model`` as ``gelu-onnx fuse`` writes its output: the lowest IR
+    version it needs, onnx.checker, one atomic write (temp file + rename), a
+    model over protobuf's 2 GB limit with its tensors in ``<name>.data``, and
+    external data files (relative to ``base_dir``) copied next to it. Returns
+    the path written."""
+    from .io import embedded_bytes, iter_tensors, lower_ir_version, save_model, MAX_PROTO_BYTES
+
+    lower_ir_version(model)
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in iter_tensors(model))
+    in_memory = not external and embedded_bytes(model) < MAX_PROTO_BYTES - (64 << 20)
+    if in_memory:
+        onnx.checker.check_model(model)
+    saved = save_model(model, path, source_dir=base_dir)
+    if not in_memory:
+        onnx.checker.check_model(saved.path)
+    return saved.path

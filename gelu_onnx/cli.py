@@ -311,7 +311,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated ONNX Runtime levels from {','.join(OPT_LEVELS)} (default basic,all)")
     p.add_argument("--provider", choices=("cpu", "cuda"), default="cpu", help="execution provider (default cpu)")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("info", help="what this build contains and what the machine offers",
+                       description="Versions, which native parts were built (ONNX Runtime library, CUDA kernels "
+                                   "and architectures, TensorRT plugin), the onnxruntime flavours and providers "
+                                   "installed, and what is missing with how to get it.")
+    p.add_argument("--json", action="store_true", help="print gelu_onnx.build_info() as JSON")
+    p.set_defaults(func=cmd_info)
     return ap
+
+
+def cmd_info(args) -> int:
+    from .buildinfo import build_info, describe
+
+    info = build_info()
+    if args.json:
+        emit_json(info)
+    else:
+        print("\n".join(describe(info)))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -333,9 +351,14 @@ def main(argv=None) -> int:
     except Exception as e:
         if debug:
             raise
-        code = EXIT_INTERNAL
-        detail = f"internal error: {type(e).__name__}: {one_line(e)}"
-        msg = f"gelu-onnx: {detail} (please report; GELU_ONNX_DEBUG=1 shows the traceback)"
+        if isinstance(e, ModuleNotFoundError) and e.name == "onnxruntime":  # it is an optional dependency
+            code, detail = 3, ("onnxruntime is not installed; this command runs models: "
+                               "pip install 'gelu-onnx[cpu]' (or 'gelu-onnx[gpu]' for onnxruntime-gpu)")
+            msg = f"gelu-onnx: error: {detail}"
+        else:
+            code = EXIT_INTERNAL
+            detail = f"internal error: {type(e).__name__}: {one_line(e)}"
+            msg = f"gelu-onnx: {detail} (please report; GELU_ONNX_DEBUG=1 shows the traceback)"
     if getattr(args, "json", False):
         print(json.dumps({"ok": False, "error": detail, "exit_code": code}))
     print(msg, file=sys.stderr)

@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, MissingFileError
 
 
 def emit_json(doc) -> None:
@@ -91,7 +91,7 @@ def dims(args) -> dict:
 def need_file(path: str, what: str = "") -> None:
     p = Path(path)
     if not p.exists():
-        raise InputError(f"{path}: no such file")
+        raise MissingFileError(f"{path}: no such file")
     if not p.is_file():
         raise InputError(f"{path}: not a regular file")
 

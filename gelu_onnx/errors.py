@@ -7,6 +7,10 @@ Exit codes (also in the README):
   3  unsupported: a valid request this tool cannot carry out (e.g. an opset
      upgrade with no verified path)
   4  internal error (a bug: please report it)
+
+Each also subclasses the built-in a Python caller would catch: bad input is a
+ValueError (a missing file a FileNotFoundError too), an unsupported request a
+NotImplementedError, a failed parity check an AssertionError.
 """
 from __future__ import annotations
 
@@ -19,19 +23,23 @@ class GeluOnnxError(Exception):
         self.message = message
 
 
-class ParityError(GeluOnnxError):
+class ParityError(GeluOnnxError, AssertionError):
     exit_code = 1
 
 
-class InputError(GeluOnnxError):
+class InputError(GeluOnnxError, ValueError):
     """The input (model file, npz, arguments) is unreadable, malformed or unsafe."""
 
     exit_code = 2
+
+
+class MissingFileError(InputError, FileNotFoundError):
+    """A path the caller named does not exist."""
 
 
 class UnsafeModelError(InputError):
     """The model points outside its folder (external data escaping, symlinks)."""
 
 
-class UnsupportedError(GeluOnnxError):
+class UnsupportedError(GeluOnnxError, NotImplementedError):
     exit_code = 3

@@ -42,7 +42,7 @@ import onnx
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto
 
-from .errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
+from .errors import GeluOnnxError, InputError, MissingFileError, UnsafeModelError, UnsupportedError
 
 # Protobuf cannot serialize or parse a message of 2 GiB or more.
 MAX_PROTO_BYTES = 2**31 - 1
@@ -629,7 +629,7 @@ def load_model(path) -> LoadedModel:
     try:
         st = os.stat(shown)
     except FileNotFoundError:
-        raise InputError(f"{where}: no such file") from None
+        raise MissingFileError(f"{where}: no such file") from None
     except OSError as e:
         raise InputError(f"{where}: cannot access it ({e.strerror})") from None
     if stat.S_ISDIR(st.st_mode):

@@ -9,12 +9,14 @@ ort      : com.microsoft Gelu / BiasGelu / FastGelu (optional bias) / QuickGelu.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from onnx import AttributeProto, FunctionProto, NodeProto, TensorProto, helper
 
 from . import contract as C
 
-TARGETS = ("custom", "standard", "ort")
+Target = Literal["custom", "standard", "ort"]
+TARGETS: tuple[str, ...] = get_args(Target)
 
 _FLOAT = TensorProto.FLOAT
 
