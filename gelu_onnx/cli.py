@@ -131,18 +131,16 @@ def _fuse_finish(args, loaded, skel) -> int:
         if in_memory:
             _checker(out, args.output)
         # io: temp file + rename; external data files linked next to the output; the input is protected
-        saved = loaded.save(out, args.output, overwrite_input=args.overwrite_input)
+        saved = loaded.save(out, args.output, overwrite_input=args.overwrite_input, keep_backups=True)
     if not in_memory:
         try:
             _checker(args.output, args.output)
         except BaseException:
-            # never leave a model that failed the checker behind
-            keep = {os.path.realpath(f) for f in loaded.external_files}
-            for f in [saved.path] + list(saved.data_files):
-                if os.path.realpath(f) not in keep:
-                    with contextlib.suppress(OSError):
-                        os.remove(f)
+            # never leave a model that failed the checker behind, and put
+            # back the previous output and data files it replaced
+            saved.rollback()
             raise
+    saved.commit()
     notes += saved.notes
     fusions = [_record(f) for f in res.fusions]
     near = [_record(n) for n in res.near_misses]
@@ -332,10 +330,44 @@ def cmd_info(args) -> int:
     return 0
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM / SIGHUP (timeout, CI cancellation, docker stop, a closed
+    terminal) unwind like Ctrl-C, so every temp file is removed on the way."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum, _frame):
+    raise _Signalled(signum)
+
+
+@contextlib.contextmanager
+def _signals_unwind():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _raise_signalled) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)  # usage errors: argparse prints usage + one error line, exit 2
     debug = os.environ.get("GELU_ONNX_DEBUG") == "1"
+    with _signals_unwind():
+        return _run(args, debug)
+
+
+def _run(args, debug: bool) -> int:
     try:
         return args.func(args)
     except GeluOnnxError as e:
@@ -343,9 +375,11 @@ def main(argv=None) -> int:
             raise
         code, detail = e.exit_code, one_line(e.message)
         msg = f"gelu-onnx: error: {detail}"
-    except KeyboardInterrupt:
-        print("gelu-onnx: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", None)
+        print(f"gelu-onnx: {'interrupted' if signum is None else f'terminated by signal {signum}'}; "
+              "nothing half-written was left", file=sys.stderr)
+        return 130 if signum is None else 128 + signum
     except BrokenPipeError:
         return 0
     except Exception as e:

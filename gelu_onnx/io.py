@@ -28,6 +28,7 @@ See docs/safety.md.
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import ntpath
 import os
@@ -116,10 +117,10 @@ class LoadedModel:
         return bool(self.external_files)
 
     def save(self, model: onnx.ModelProto, out_path, *,
-             overwrite_input: bool = False) -> "SavedModel":
+             overwrite_input: bool = False, keep_backups: bool = False) -> "SavedModel":
         """``save_model`` with this model as the source (input protected)."""
         return save_model(model, out_path, source=self,
-                          overwrite_input=overwrite_input)
+                          overwrite_input=overwrite_input, keep_backups=keep_backups)
 
 
 @dataclass
@@ -132,6 +133,27 @@ class SavedModel:
     copied: list[str] = field(default_factory=list)      # copied (no reflink possible)
     externalized: int = 0                                # tensors moved out (> 2 GB model)
     notes: list[str] = field(default_factory=list)
+    # (backup, final): what the write replaced, kept (hard links) until
+    # commit(); rollback() puts it back, so a failure after writing (the
+    # checker on a big model) leaves every pre-existing file as it was.
+    backups: list[tuple[str, str]] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+
+    def commit(self) -> None:
+        for bak, _ in self.backups:
+            with contextlib.suppress(OSError):
+                os.unlink(bak)
+        self.backups.clear()
+
+    def rollback(self) -> None:
+        """Remove what this write created and restore what it replaced."""
+        for f in self.created:
+            with contextlib.suppress(OSError):
+                os.unlink(f)
+        for bak, final in self.backups:
+            with contextlib.suppress(OSError):
+                os.replace(bak, final)
+        self.backups.clear()
 
 
 # --------------------------------------------------------------------------
@@ -910,6 +932,9 @@ def check_output_path(out_path, input_path=None, overwrite_input: bool = False) 
         raise InputError(f"{where}: output folder {out_dir} does not exist")
     if os.path.isdir(out):
         raise InputError(f"{where}: is a directory; give an output file name")
+    if os.path.lexists(out) and not stat.S_ISREG(os.lstat(out).st_mode) and not os.path.islink(out):
+        raise InputError(f"{where}: exists and is not a regular file (a device, FIFO or socket); "
+                         "refusing to replace it")
     if input_path is not None and _same_file(out, input_path) and not overwrite_input:
         raise InputError(f"{where}: refusing to overwrite the input model; choose another "
                          "output path (or request in-place explicitly)")
@@ -918,7 +943,7 @@ def check_output_path(out_path, input_path=None, overwrite_input: bool = False) 
 
 def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None = None,
                source_dir=None, input_path=None, overwrite_input: bool = False,
-               max_proto_bytes: int = MAX_PROTO_BYTES) -> SavedModel:
+               max_proto_bytes: int = MAX_PROTO_BYTES, keep_backups: bool = False) -> SavedModel:
     """Write ``model`` to ``out_path`` atomically (temp file + rename).
 
     ``source`` (the LoadedModel it came from) or ``source_dir``/``input_path``
@@ -971,12 +996,20 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
                 if os.path.commonpath([real_dst_dir, real_dir]) != real_dir:
                     raise UnsafeModelError(f"{where}: data file {loc} would be written "
                                            f"outside the output folder (through a symlink)")
+                if _same_file(dst, out) or os.path.abspath(dst) == out:
+                    raise InputError(f"{where}: the model's external data file {loc} would be written "
+                                     "at the output path itself; choose another output name")
                 saved.data_files.append(dst)
                 if os.path.lexists(dst) and _same_file(dst, src):
                     continue  # already linked by an earlier run
                 if any(_same_file(dst, p) for p in protected if os.path.lexists(dst)):
                     raise InputError(f"{where}: refusing to overwrite {dst}, an external data "
                                      "file of the input model")
+                if os.path.lexists(dst) and not _same_bytes(dst, src):
+                    # another model's data (it would then compute other values)
+                    raise InputError(f"{where}: {dst} already exists and is not this model's data "
+                                     f"file {loc} (its bytes differ); refusing to replace it: write "
+                                     "the output into another folder")
                 # Not a hard link: onnx >= 1.23 refuses to load a model whose
                 # data file has several links ("potential hardlink attack"),
                 # which would break the user's *input* model too. A reflink
@@ -1023,18 +1056,32 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         del payload
+        if os.environ.get("GELU_ONNX_TEST_SIGNAL_BEFORE_RENAME"):  # fault injection (tests)
+            import signal
+
+            os.kill(os.getpid(), getattr(signal, os.environ["GELU_ONNX_TEST_SIGNAL_BEFORE_RENAME"]))
         for tmp, final in pending:
+            if os.path.lexists(final):
+                bak = _backup(final)
+                saved.backups.append((bak, final))
+            else:
+                saved.created.append(final)
             os.replace(tmp, final)
         pending.clear()
     except GeluOnnxError:
+        saved.rollback()
         _cleanup(pending, made_dirs)
         raise
     except OSError as e:
+        saved.rollback()
         _cleanup(pending, made_dirs)
         raise InputError(f"{where}: cannot write it ({e.strerror or e})") from None
     except BaseException:
+        saved.rollback()
         _cleanup(pending, made_dirs)
         raise
+    if not keep_backups:  # else the caller commits (or rolls back) after its own checks
+        saved.commit()
     if saved.linked:
         saved.notes.append(f"{len(saved.linked)} external data file(s) cloned (reflink) next to "
                            f"{os.path.basename(out)}")
@@ -1058,6 +1105,28 @@ def _makedirs(path: str, root: str, made: list[str]):
         made.append(p)
 
 
+def _backup(path: str) -> str:
+    """A hidden hard link to ``path`` in its folder (free, same filesystem)."""
+    folder, name = os.path.split(path)
+    for k in range(1000):
+        bak = os.path.join(folder, f".{name}.gelu-onnx-prev{k or ''}")
+        try:
+            os.link(path, bak)
+            return bak
+        except FileExistsError:
+            continue
+    raise InputError(f"{path}: no free name to keep the previous file while writing")
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    import filecmp
+
+    try:
+        return filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
+
+
 def _data_name(out: str, refs: dict, protected: set, out_dir: str) -> str:
     base = os.path.basename(out)
     for k in range(1000):
@@ -1067,8 +1136,16 @@ def _data_name(out: str, refs: dict, protected: set, out_dir: str) -> str:
             continue
         if any(_same_file(path, os.path.join(out_dir, r)) for r in refs):
             continue
+        if os.path.lexists(path) and not _written_by_us(path, base):
+            continue  # another file of that name: never replaced
         return name
     raise InputError(f"{out}: no free name for its external data file")
+
+
+def _written_by_us(data: str, model_name: str) -> bool:
+    """``data`` (named after the output) goes with the output model that this
+    write replaces; its previous bytes are kept until the write commits."""
+    return os.path.isfile(os.path.join(os.path.dirname(data), model_name))
 
 
 def _cleanup(pending: list[tuple[str, str]], made_dirs: list[str]):
