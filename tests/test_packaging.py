@@ -68,7 +68,8 @@ def test_sdist_is_lean(tmp_path):
 
 
 def _info(env=None) -> dict:
-    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
+    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.update(env or {})
     r = subprocess.run([sys.executable, "-m", "gelu_onnx", "info", "--json"], capture_output=True, text=True,
                        env=e, timeout=120)
     assert r.returncode == 0, r.stderr
