@@ -60,12 +60,20 @@ def _graph(g: str) -> str:
 # --- commands ----------------------------------------------------------------------
 
 
-def _checker(model_or_path, shown) -> None:
+def _checker(model_or_path, shown, source: str) -> None:
+    """onnx.checker on the output; when it fails, the input is asked too: a
+    model that was invalid before we touched it is bad input (exit 2), not a
+    bug of ours. (Checking the input only then keeps big models fast.)"""
     import onnx
 
     try:
         onnx.checker.check_model(model_or_path)
-    except onnx.checker.ValidationError as e:
+    except (onnx.checker.ValidationError, ValueError) as e:
+        try:
+            onnx.checker.check_model(source)
+        except (onnx.checker.ValidationError, ValueError, OSError) as src_err:
+            raise InputError(f"{source}: the input model fails onnx.checker: "
+                             f"{one_line(str(src_err).splitlines()[0] if str(src_err) else src_err)}") from None
         raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {one_line(str(e).splitlines()[0])} "
                             "(a bug: please report)") from e
 
@@ -122,19 +130,19 @@ def _fuse_finish(args, loaded, skel) -> int:
         # The skeleton is small; its stripped weights are checked as external
         # data inside the input file (their lengths exactly by splice).
         with skel.in_folder():
-            _checker(out, args.output)
+            _checker(out, args.output, args.input)
         saved = skel.save(out, args.output, overwrite_input=args.overwrite_input)
         in_memory = True
     else:
         in_memory = io.embedded_bytes(out) < io.MAX_PROTO_BYTES - (64 << 20) and not any(
             t.data_location == onnx.TensorProto.EXTERNAL for t in io.iter_tensors(out))
         if in_memory:
-            _checker(out, args.output)
+            _checker(out, args.output, args.input)
         # io: temp file + rename; external data files linked next to the output; the input is protected
         saved = loaded.save(out, args.output, overwrite_input=args.overwrite_input, keep_backups=True)
     if not in_memory:
         try:
-            _checker(args.output, args.output)
+            _checker(args.output, args.output, args.input)
         except BaseException:
             # never leave a model that failed the checker behind, and put
             # back the previous output and data files it replaced
@@ -363,6 +371,9 @@ def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)  # usage errors: argparse prints usage + one error line, exit 2
     debug = os.environ.get("GELU_ONNX_DEBUG") == "1"
+    for stream in (sys.stdout, sys.stderr):  # paths need not be UTF-8: print them escaped, never crash
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     with _signals_unwind():
         return _run(args, debug)
 

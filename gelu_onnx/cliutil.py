@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 from pathlib import Path
 
 from .errors import InputError, MissingFileError
@@ -90,9 +91,13 @@ def dims(args) -> dict:
 
 def need_file(path: str, what: str = "") -> None:
     p = Path(path)
-    if not p.exists():
-        raise MissingFileError(f"{path}: no such file")
-    if not p.is_file():
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: no such file") from None
+    except OSError as e:  # a name over the OS limits, a loop of links, no permission
+        raise InputError(f"{path}: cannot access it ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{path}: not a regular file")
 
 

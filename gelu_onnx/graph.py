@@ -158,12 +158,25 @@ class GraphIndex:
         tensors are returned too, but only small ones are ever materialised
         from external storage (we never read external weight payloads).
         """
-        if name in self._const_cache:
-            return self._const_cache[name]
-        self._const_cache[name] = None  # guards against cycles
-        info = self._resolve_constant(name)
-        self._const_cache[name] = info
-        return info
+        cache = self._const_cache
+        if name in cache:
+            return cache[name]
+        # Resolve what ``name`` folds from first, deepest first, with an
+        # explicit stack: a sqrt(2) behind 600 Identity nodes must not hit
+        # Python's recursion limit (each level below then finds its inputs cached).
+        order, stack = [], [name]
+        while stack:
+            n = stack.pop()
+            if n in cache:
+                continue
+            cache[n] = None  # guards against cycles
+            order.append(n)
+            i = self.producer.get(n)
+            if i is not None and self.ops[i] in _FOLD_THROUGH:
+                stack.extend(x for x in self.ins[i] if x not in cache)
+        for n in reversed(order):
+            cache[n] = self._resolve_constant(n)
+        return cache[name]
 
     def _resolve_constant(self, name: str) -> ConstInfo | None:
         if name in self.graph_inputs:
@@ -241,6 +254,8 @@ class GraphIndex:
         return None
 
 
+_FOLD_THROUGH = frozenset(FOLDABLE) | {"CastLike"}
+
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
 
 
@@ -266,6 +281,11 @@ def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | No
 
 
 def _constant_node_value(node: NodeProto, i: int) -> ConstInfo | None:
+    # ONNX requires exactly one attribute on a Constant; which one a runtime
+    # reads from an invalid node with several (or a repeated one) is its own
+    # business, so such a node is never a constant to us (nothing is fused).
+    if len(node.attribute) != 1:
+        return None
     for attr in node.attribute:
         if attr.name == "value" and attr.type == AttributeProto.TENSOR:
             v = tensor_value(attr.t)

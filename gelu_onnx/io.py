@@ -587,6 +587,9 @@ class _Validator:
             self.fail(f"{what}: cannot access it ({e.strerror})")
         if not stat.S_ISREG(st.st_mode):
             self.fail(f"{what} is not a regular file", UnsafeModelError)
+        if st.st_nlink > 1:  # onnx >= 1.23 refuses these too ("potential hardlink attack")
+            self.fail(f"{what} has {st.st_nlink} hard links; onnx refuses such external data files "
+                      "(copy it: cp --no-preserve=links)", UnsafeModelError)
         self.data_files[real] = st.st_size
         return real
 

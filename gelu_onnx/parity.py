@@ -10,6 +10,8 @@ caller may override. Nothing here raises on a mismatch: :func:`check`
 """
 from __future__ import annotations
 
+import math
+
 import ctypes
 import os
 import re
@@ -130,6 +132,11 @@ def _resolve_shape(spec: InputSpec, dims: Mapping[str, int], dim_default: int) -
     )
 
 
+# Random feeds beyond this many values (about 2 GB of float32) are refused:
+# a graph input may declare any dims, and a typo must not allocate terabytes.
+MAX_RANDOM_ELEMENTS = 1 << 29
+
+
 def make_inputs(
     model: onnx.ModelProto,
     seed: int = 0,
@@ -161,8 +168,14 @@ def make_inputs(
             raise InputError(f"--dim {k}={v}: a dimension must be an integer >= 0")
     rng = np.random.default_rng(seed)
     feeds = {}
+    total = 0
     for s in specs:
         shape = _resolve_shape(s, overrides, dim_default)
+        total += math.prod(shape)
+        if total > MAX_RANDOM_ELEMENTS:  # before any allocation: the model's dims are not trusted
+            raise InputError(
+                f"input '{s.name}' declares shape {list(shape)}: the random inputs would hold over "
+                f"{MAX_RANDOM_ELEMENTS:.0e} values; set smaller named dims with --dim or pass --inputs FILE")
         et = s.elem_type
         if et in contract.FLOAT_DTYPES:
             a = (rng.standard_normal(shape) * scale).astype(np_dtype_of(et))
@@ -183,7 +196,7 @@ def make_inputs(
             raise UnsupportedError(
                 f"cannot make random values for input '{s.name}' of type {dtype_name(et)}; pass --inputs FILE.npz"
             )
-        feeds[s.name] = a
+        feeds[s.name] = np.asarray(a)  # rank 0: a 0-d array, never a numpy scalar ORT cannot take
     return feeds
 
 
