@@ -143,3 +143,14 @@ def test_hard_linked_external_data_is_refused(tmp_path):
     os.link(tmp_path / "in" / "w.bin", tmp_path / "in" / "w2.bin")
     r = gelu("fuse", str(src), "-o", str(tmp_path / "o.onnx"))
     assert r.returncode == 2 and b"hard links" in r.stderr, r.stderr
+
+
+def test_onnxruntime_warnings_stay_off_stderr(tmp_path):
+    """An unused initializer makes ORT warn at session creation: not ours to print."""
+    g = h.make_graph([h.make_node("Gelu", ["x"], ["y"])], "g", *IO, [nh.from_array(np.ones(3, np.float32), "unused")])
+    src = save(h.make_model(g, opset_imports=[h.make_opsetid("", 20)], ir_version=10), tmp_path / "u.onnx")
+    assert gelu("fuse", src, "-o", str(tmp_path / "f.onnx")).returncode == 0
+    r = gelu("check", src, str(tmp_path / "f.onnx"))
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    r = gelu("check", src, str(tmp_path / "f.onnx"), env={"GELU_ONNX_ORT_LOG": "1"})
+    assert r.returncode == 0 and b"Removing initializer" in r.stderr  # asked for: shown
