@@ -154,3 +154,15 @@ def test_onnxruntime_warnings_stay_off_stderr(tmp_path):
     assert r.returncode == 0 and r.stderr == b"", r.stderr
     r = gelu("check", src, str(tmp_path / "f.onnx"), env={"GELU_ONNX_ORT_LOG": "1"})
     assert r.returncode == 0 and b"Removing initializer" in r.stderr  # asked for: shown
+
+
+def test_check_warns_when_our_kernels_will_not_run(tmp_path):
+    """Fused for custom, checked where the library is not there (a user's
+    GELU_ONNX_ORT_LIBRARY pointing nowhere): the check runs the functions and says so."""
+    g = h.make_graph([h.make_node("Gelu", ["x"], ["y"])], "g", *IO)
+    src = save(h.make_model(g, opset_imports=[h.make_opsetid("", 20)], ir_version=10), tmp_path / "g.onnx")
+    assert gelu("fuse", src, "-o", str(tmp_path / "f.onnx")).returncode == 0
+    r = gelu("check", src, str(tmp_path / "f.onnx"), env={"GELU_ONNX_ORT_LIBRARY": str(tmp_path / "none.so")})
+    assert r.returncode == 0 and b"custom-op library is not available" in r.stderr, r.stderr
+    r = gelu("check", src, str(tmp_path / "f.onnx"), "--no-library")  # asked for: no warning
+    assert r.returncode == 0 and b"library is not available" not in r.stderr, r.stderr
