@@ -70,10 +70,12 @@ class FuseResult:
         }
 
     def as_dict(self) -> dict:
+        """The report as `gelu-onnx fuse --json` prints it (same field names;
+        the CLI adds ok, input and output)."""
         d = self.summary()
         d["fusions"] = [f.as_dict() for f in self.fusions]
-        d["near_miss_list"] = [n.as_dict() for n in self.near_misses]
-        d["already_list"] = [f.as_dict() for f in self.already]
+        d["near_misses"] = [n.as_dict() for n in self.near_misses]
+        d["already_target_ops"] = [f.as_dict() for f in self.already]
         return d
 
 

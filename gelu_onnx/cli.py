@@ -154,18 +154,7 @@ def _fuse_finish(args, loaded, skel) -> int:
     near = [_record(n) for n in res.near_misses]
     by_form = Counter(f.get("form") for f in fusions)
     if args.json:
-        emit_json({
-            "ok": True,
-            "input": args.input,
-            "output": args.output,
-            "target": args.target,
-            "fused": len(fusions),
-            "by_form": dict(by_form),
-            "fusions": fusions,
-            "near_misses": near,
-            "already_target_ops": [_record(f) for f in res.already],
-            "notes": notes,
-        })
+        emit_json({"ok": True, "input": args.input, "output": args.output, **res.as_dict(), "notes": notes})
         return 0
     forms = ", ".join(f"{k}: {v}" for k, v in sorted(by_form.items())) or "none found"
     kept = f", {len(res.already)} already {args.target} ops" if res.already else ""

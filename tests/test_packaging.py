@@ -131,3 +131,23 @@ def test_beside_onnxruntime_gpu_the_cuda_provider_stays(wheel, tmp_path):
     assert "CUDAExecutionProvider" in r.stdout
     r = subprocess.run([str(venv / "bin" / "gelu-onnx"), "info", "--json"], capture_output=True, text=True)
     assert r.returncode == 0 and "CUDAExecutionProvider" in json.loads(r.stdout)["providers"]
+
+
+def test_api_and_cli_json_use_the_same_field_names(tmp_path):
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    import gelu_onnx
+
+    g = h.make_graph([h.make_node("Gelu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["n"])])
+    src = tmp_path / "g.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 20)], ir_version=10), str(src))
+    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "gelu_onnx", "fuse", str(src), "-o", str(tmp_path / "f.onnx"), "--json"],
+                       capture_output=True, text=True, env=e, timeout=120)
+    cli = json.loads(r.stdout)
+    api = gelu_onnx.fuse_with_report(str(src)).as_dict()
+    assert set(cli) - {"ok", "input", "output"} == set(api)
+    assert cli["fusions"] == api["fusions"] and cli["near_misses"] == api["near_misses"]
