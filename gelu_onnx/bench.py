@@ -55,6 +55,7 @@ class BenchReport:
     machine: dict
     versions: dict
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return parity.json_safe(asdict(self))
@@ -195,6 +196,9 @@ def bench(
         feeds, src = parity.load_npz(inputs, po, allow_pickle), \
             f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
     use = parity.resolve_library(use_library)
+    from .parity_check import library_warnings
+
+    warnings = library_warnings(fused_arg.model, use, use_library, [provider])
     tick = progress or (lambda n=1: None)
     results = []
     for lvl in opt_levels:
@@ -223,5 +227,6 @@ def bench(
         results=results,
         machine=machine_info(threads),
         versions=versions(),
+        warnings=warnings,
         notes=notes,
     )

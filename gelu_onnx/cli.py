@@ -234,6 +234,8 @@ def cmd_bench(args) -> int:
             use_library=False if args.no_library else None, seed=args.seed, inputs=args.inputs,
             dims=dims(args), dim_default=args.dim_default, allow_pickle=args.allow_pickle, progress=bar.update,
         )
+    for w in rep.warnings:
+        print(f"gelu-onnx: warning: {w}", file=sys.stderr)
     if args.json:
         emit_json(rep.to_dict())
         return 0

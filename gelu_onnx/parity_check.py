@@ -222,7 +222,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         if dropped:
             problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
     use = parity.resolve_library(use_library)
-    warnings += _library_warnings(lf.model, use, use_library, providers)
+    warnings += library_warnings(lf.model, use, use_library, providers)
     if "tensorrt" in providers + [reference_provider]:
         notes.append("TensorRT runs the model through gelu_onnx.tensorrt (the library flag does not apply there)")
 
@@ -305,7 +305,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         problems=problems, notes=notes, warnings=warnings)
 
 
-def _library_warnings(fused, use: bool, asked, providers) -> list[str]:
+def library_warnings(fused, use: bool, asked, providers) -> list[str]:
     """What the user must know when our kernels will not run: a check that
     passes then proves the model-local functions, not the kernels."""
     from . import contract

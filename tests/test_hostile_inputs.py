@@ -166,3 +166,6 @@ def test_check_warns_when_our_kernels_will_not_run(tmp_path):
     assert r.returncode == 0 and b"custom-op library is not available" in r.stderr, r.stderr
     r = gelu("check", src, str(tmp_path / "f.onnx"), "--no-library")  # asked for: no warning
     assert r.returncode == 0 and b"library is not available" not in r.stderr, r.stderr
+    r = gelu("bench", src, str(tmp_path / "f.onnx"), "--repeats", "1", "--warmup", "0", "--opt-levels", "basic",
+             env={"GELU_ONNX_ORT_LIBRARY": str(tmp_path / "none.so")})
+    assert r.returncode == 0 and b"custom-op library is not available" in r.stderr, r.stderr
