@@ -45,6 +45,9 @@ from onnx import TensorProto
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsafeModelError, UnsupportedError
 
+# Files at least this large are mapped rather than read (and go the splice
+# skeleton path, gelu_onnx/splice.py, which uses the same bound).
+MMAP_MIN_BYTES = 64 << 20
 # Protobuf cannot serialize or parse a message of 2 GiB or more.
 MAX_PROTO_BYTES = 2**31 - 1
 # Embedded tensors at least this large move to the data file when a model
@@ -623,6 +626,12 @@ def _read(path: str, size: int) -> memoryview | bytes:
         st = os.fstat(fd)  # the file we opened, not the one we stat'ed before
         if not stat.S_ISREG(st.st_mode):
             raise IsADirectoryError("not a regular file")
+        if size < MMAP_MIN_BYTES:
+            # A mapped file truncated by another process while we parse it
+            # kills us with SIGBUS: small files (all but the skeleton path's)
+            # are read instead.
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read()
         try:
             # mmap avoids a second in-memory copy of the file and parses
             # ~2x faster than read(); fall back where mmap is not possible.

@@ -46,8 +46,9 @@ from onnx import ModelProto, TensorProto
 from . import io
 from .errors import GeluOnnxError, InputError, UnsupportedError
 
-# Below this file size a plain parse + serialize costs well under a second.
-MIN_FILE_BYTES = 64 << 20
+# Below this file size a plain parse + serialize costs well under a second
+# (and io reads such files rather than mapping them).
+MIN_FILE_BYTES = io.MMAP_MIN_BYTES
 # raw_data payloads at least this large stay in the file. Must stay far above
 # the largest tensor graph.tensor_value materialises (4096 elements): a
 # stripped tensor is never read as a constant (tests/test_splice.py checks).
