@@ -285,11 +285,10 @@ def save(model: ModelProto, path: str | os.PathLike, *, base_dir: str | None = N
     model over protobuf's 2 GB limit with its tensors in ``<name>.data``, and
     external data files (relative to ``base_dir``) copied next to it. Returns
     the path written."""
-    from .io import embedded_bytes, iter_tensors, lower_ir_version, save_model, MAX_PROTO_BYTES
+    from .io import checkable_in_memory, lower_ir_version, save_model
 
     lower_ir_version(model)
-    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in iter_tensors(model))
-    in_memory = not external and embedded_bytes(model) < MAX_PROTO_BYTES - (64 << 20)
+    in_memory = checkable_in_memory(model)
     if in_memory:
         onnx.checker.check_model(model)
     saved = save_model(model, path, source_dir=base_dir)

@@ -99,8 +99,6 @@ def cmd_fuse(args) -> int:
 
 
 def _fuse_finish(args, loaded, skel) -> int:
-    import onnx
-
     from . import fuse_with_report, io
     from .io import lower_ir_version
 
@@ -134,8 +132,7 @@ def _fuse_finish(args, loaded, skel) -> int:
         saved = skel.save(out, args.output, overwrite_input=args.overwrite_input)
         in_memory = True
     else:
-        in_memory = io.embedded_bytes(out) < io.MAX_PROTO_BYTES - (64 << 20) and not any(
-            t.data_location == onnx.TensorProto.EXTERNAL for t in io.iter_tensors(out))
+        in_memory = io.checkable_in_memory(out)
         if in_memory:
             _checker(out, args.output, args.input)
         # io: temp file + rename; external data files linked next to the output; the input is protected

@@ -810,6 +810,15 @@ def required_ir_version(model: onnx.ModelProto) -> int | None:
 IR_FLOOR = 11
 
 
+def checkable_in_memory(model: onnx.ModelProto) -> bool:
+    """Whether onnx.checker can take the model object itself: no external
+    data (the checker resolves it relative to a file) and room under
+    protobuf's 2 GB (not ByteSize(): upb serializes the whole model for it).
+    Otherwise it is checked as a file, after writing."""
+    return embedded_bytes(model) < MAX_PROTO_BYTES - (64 << 20) and not any(
+        t.data_location == TensorProto.EXTERNAL for t in iter_tensors(model))
+
+
 def lowest_ir_version(model: onnx.ModelProto) -> int | None:
     """The lowest IR version ``model`` can be written with (at least
     ``IR_FLOOR``); None when one of its opsets is unknown to this onnx."""

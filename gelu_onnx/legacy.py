@@ -11,7 +11,7 @@ computes the tanh approximation: y = v*(0.5 + 0.5*tanh(0.79788456*v*(1 +
 from __future__ import annotations
 
 import numpy as np
-from onnx import NodeProto, TensorProto, helper, numpy_helper
+from onnx import NodeProto, TensorProto, numpy_helper
 
 from . import contract as C
 from .graph import GraphIndex, tensor_value
@@ -70,7 +70,7 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
 def legacy_nodes(m: Match, bias: np.ndarray | None, target: str, em, names, graph) -> tuple[list[NodeProto], bool]:
     """Replacement nodes; the bias becomes a 1-D initializer of X's type.
     Returns (nodes, bias_fused)."""
-    from .rewrite import emit_nodes
+    from .rewrite import emit_after_add, emit_nodes
     from .targets import target_takes_bias
 
     if bias is None:
@@ -81,8 +81,4 @@ def legacy_nodes(m: Match, bias: np.ndarray | None, target: str, em, names, grap
     if target_takes_bias(target, "tanh"):
         return emit_nodes(m, em, m.leaf_type, True, names), True
     # standard: Add + Gelu(tanh)
-    biased = names(f"{m.leaf}_biased")
-    add = helper.make_node("Add", [m.leaf, bname], [biased], name=names(f"{m.root}_bias_Add"))
-    shifted = Match(m.index, m.anchor, m.root, biased, m.nodes, set(), "tanh", None, m.leaf_type,
-                    m.root_type, m.precision, 0.0)
-    return [add] + emit_nodes(shifted, em, m.leaf_type, False, names), False
+    return emit_after_add(m, bname, em, m.leaf_type, names), False

@@ -118,17 +118,11 @@ def already_target(m: Match, em, use_bias: bool) -> bool:
 def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodeProto]:
     """The replacement for a single-op GELU. A bias inside the old node that
     the target's op cannot take becomes an Add in front."""
-    from onnx import helper
-
-    from .rewrite import emit_nodes
+    from .rewrite import emit_after_add, emit_nodes
 
     if not m.bias_inside or use_bias:
         return emit_nodes(m, em, compute_type, use_bias, names)
-    biased = names(f"{m.leaf}_biased")
-    add = helper.make_node("Add", [m.leaf, m.bias], [biased], name=names(f"{m.root}_bias_Add"))
-    shifted = Match(m.index, m.anchor, m.root, biased, m.nodes, set(), m.form, m.alpha, m.leaf_type,
-                    m.root_type, m.precision, 0.0)
-    return [add] + emit_nodes(shifted, em, compute_type, False, names)
+    return emit_after_add(m, m.bias, em, compute_type, names)
 
 
 def drop_unused_functions(model) -> None:

@@ -69,6 +69,16 @@ def emit_nodes(m: Match, em: Emission, compute_type: int, use_bias: bool, names:
     return nodes
 
 
+def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: NameGen) -> list[NodeProto]:
+    """Add(x, bias) written out, then the op without a bias: for a bias the
+    target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
+    biased = names(f"{m.leaf}_biased")
+    add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
+    shifted = Match(m.index, m.anchor, m.root, biased, m.nodes, set(), m.form, m.alpha, m.leaf_type,
+                    m.root_type, m.precision, 0.0)
+    return [add] + emit_nodes(shifted, em, compute_type, False, names)
+
+
 def _bias_1d(m: Match, names: NameGen) -> str:
     """The ops take a 1-D bias: a [1, ..., 1, H] initializer gets a 1-D twin
     (same bytes, new dims) next to the region; the old one, once unread, is
