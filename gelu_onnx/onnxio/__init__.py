@@ -1,0 +1,1 @@
+"""Reading, validating and writing ONNX files without losing a user's data."""

@@ -1,0 +1,1 @@
+"""Proving a fused model computes what the original did: inputs, runners, comparison, the check."""
