@@ -280,18 +280,12 @@ def _rewrite(m: ModelProto, plan, target: str, res: FuseResult) -> None:
 
 
 def save(model: ModelProto, path: str | os.PathLike, *, base_dir: str | None = None) -> str:
-    """Write ``model`` as ``gelu-onnx fuse`` writes its output: the lowest IR
-    version it needs, onnx.checker, one atomic write (temp file + rename), a
-    model over protobuf's 2 GB limit with its tensors in ``<name>.data``, and
-    external data files (relative to ``base_dir``) copied next to it. Returns
-    the path written."""
-    from .io import checkable_in_memory, lower_ir_version, save_model
+    """Write ``model`` as ``gelu-onnx fuse`` writes its output
+    (gelu_onnx.files.write_model): the lowest IR version it needs, onnx.checker,
+    one atomic write (temp file + rename) that is rolled back if the checker
+    fails on the written file, a model over protobuf's 2 GB limit with its
+    tensors in ``<name>.data``, and external data files (relative to
+    ``base_dir``) copied next to it. Returns the path written."""
+    from .files import write_model
 
-    lower_ir_version(model)
-    in_memory = checkable_in_memory(model)
-    if in_memory:
-        onnx.checker.check_model(model)
-    saved = save_model(model, path, source_dir=base_dir)
-    if not in_memory:
-        onnx.checker.check_model(saved.path)
-    return saved.path
+    return write_model(model, path, base_dir=base_dir)

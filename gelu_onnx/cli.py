@@ -10,214 +10,83 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import sys
 from collections import Counter
-from pathlib import Path
 
 from . import __version__
 from . import cli_check
-from .cliutil import add_input_args, dims, emit_json, need_file, nonneg_int, one_line, plural, positive_int, table
-from .errors import GeluOnnxError, InputError, UnsupportedError
+from .files import require_file
+from .cliutil import add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int, table
+from .errors import GeluOnnxError
+from .targets import TARGETS
 
-TARGETS = ("custom", "standard", "ort")
 EXIT_INTERNAL = 4
-
-
-# --- model I/O -----------------------------------------------------------------
-
-
-def _load(path):
-    from .io import load_model
-
-    return load_model(path)
-
-
-def _same_file(a, b) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
-    except OSError:
-        return False
-
-
-def _record(obj) -> dict:
-    if dataclasses.is_dataclass(obj):  # flat records: a shallow copy (asdict deep-copies, 10k fusions = 1.4 s)
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    if hasattr(obj, "_asdict"):
-        return dict(obj._asdict())
-    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
 
 
 def _graph(g: str) -> str:
     return g or "main"
 
 
-# --- argument types ----------------------------------------------------------------
-
-
 # --- commands ----------------------------------------------------------------------
 
 
-def _checker(model_or_path, shown, source: str) -> None:
-    """onnx.checker on the output; when it fails, the input is asked too: a
-    model that was invalid before we touched it is bad input (exit 2), not a
-    bug of ours. (Checking the input only then keeps big models fast.)"""
-    import onnx
-
-    try:
-        onnx.checker.check_model(model_or_path)
-    except (onnx.checker.ValidationError, ValueError) as e:
-        try:
-            onnx.checker.check_model(source)
-        except (onnx.checker.ValidationError, ValueError, OSError) as src_err:
-            raise InputError(f"{source}: the input model fails onnx.checker: "
-                             f"{one_line(str(src_err).splitlines()[0] if str(src_err) else src_err)}") from None
-        raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {one_line(str(e).splitlines()[0])} "
-                            "(a bug: please report)") from e
-
-
-def _skeleton(path):
-    """Big single-file models are read as a skeleton whose weights stay in the
-    file (gelu_onnx/splice.py); None for any other model (then io.load_model)."""
-    from . import splice
-
-    return splice.open_skeleton(path) if splice.wanted(path) else None
-
-
 def cmd_fuse(args) -> int:
-    need_file(args.input)
-    if _same_file(args.input, args.output) and not args.overwrite_input:
-        raise InputError(f"{args.output} is the input file; refusing to overwrite it (pass --overwrite-input)")
-    # The skeleton's weights are copied to the output byte for byte.
-    skel = _skeleton(args.input)
-    if skel is not None:
-        with skel:
-            return _fuse_finish(args, skel.loaded, skel)
-    return _fuse_finish(args, _load(args.input), None)
+    from .files import fuse_file
 
-
-def _fuse_finish(args, loaded, skel) -> int:
-    from . import fuse_with_report, io
-    from .io import lower_ir_version
-
-    # splice: the skeleton's placeholders resolve against the input's folder
-    with skel.in_folder() if skel is not None else contextlib.nullcontext():
-        # in place: the CLI owns this freshly loaded copy; the file is untouched
-        res = fuse_with_report(loaded, target=args.target, inplace=True)
-    out = res.model
-    # Write the lowest IR version the model needs (onnx >= 1.23 stamps 14 on
-    # everything), so older runtimes load it too; what a model really needs
-    # beyond that must load in the installed onnxruntime (asked, not assumed).
-    notes = list(res.notes)
-    old = lower_ir_version(out)
-    if old is not None:
-        notes.append(f"IR version lowered from {old} to {out.ir_version} (the lowest this model needs)")
-    if out.ir_version > io.IR_FLOOR:
-        from . import ortinfo
-
-        if out.ir_version > ortinfo.max_ir_version():
-            raise UnsupportedError(f"{args.input}: the model needs IR version {out.ir_version} features; "
-                                   f"the installed onnxruntime {ortinfo.version()} loads IR <= "
-                                   f"{ortinfo.max_ir_version()}")
-    # The checker resolves external data relative to the model file (and takes
-    # > 2 GiB only as a file): check those after writing, the rest before.
-    # (not ByteSize(): upb computes it by serializing the whole model)
-    if skel is not None:
-        # The skeleton is small; its stripped weights are checked as external
-        # data inside the input file (their lengths exactly by splice).
-        with skel.in_folder():
-            _checker(out, args.output, args.input)
-        saved = skel.save(out, args.output, overwrite_input=args.overwrite_input)
-        in_memory = True
-    else:
-        in_memory = io.checkable_in_memory(out)
-        if in_memory:
-            _checker(out, args.output, args.input)
-        # io: temp file + rename; external data files linked next to the output; the input is protected
-        saved = loaded.save(out, args.output, overwrite_input=args.overwrite_input, keep_backups=True)
-    if not in_memory:
-        try:
-            _checker(args.output, args.output, args.input)
-        except BaseException:
-            # never leave a model that failed the checker behind, and put
-            # back the previous output and data files it replaced
-            saved.rollback()
-            raise
-    saved.commit()
-    notes += saved.notes
-    fusions = [_record(f) for f in res.fusions]
-    near = [_record(n) for n in res.near_misses]
-    by_form = Counter(f.get("form") for f in fusions)
+    done = fuse_file(args.input, args.output, target=args.target, overwrite_input=args.overwrite_input)
+    res = done.result
     if args.json:
-        emit_json({"ok": True, "input": args.input, "output": args.output, **res.as_dict(), "notes": notes})
+        emit_json({"ok": True, **done.as_dict()})
         return 0
+    by_form = Counter(f.form for f in res.fusions)
     forms = ", ".join(f"{k}: {v}" for k, v in sorted(by_form.items())) or "none found"
     kept = f", {len(res.already)} already {args.target} ops" if res.already else ""
-    print(f"fused {plural(len(fusions), 'GELU')} ({forms}{kept}) -> {args.output} [target {args.target}]")
-    if near:
-        print(f"{plural(len(near), 'near-miss')} left unfused:")
-        for n in near:
-            print(f"  [{_graph(n.get('graph'))}] {n.get('anchor')}: {n.get('code')}: {n.get('reason')}")
-    for note in notes:
+    print(f"fused {plural(len(res.fusions), 'GELU')} ({forms}{kept}) -> {args.output} [target {args.target}]")
+    if res.near_misses:
+        print(f"{plural(len(res.near_misses), 'near-miss')} left unfused:")
+        for n in res.near_misses:
+            print(f"  [{_graph(n.graph)}] {n.anchor}: {n.code}: {n.reason}")
+    for note in done.notes:
         print(f"note: {note}")
     return 0
 
 
 def cmd_inspect(args) -> int:
-    from . import inspect as _inspect
+    from .files import inspect_file
 
-    need_file(args.input)
-    skel = _skeleton(args.input)
-    target = args.target or "custom"
-    if skel is not None:
-        with skel, skel.in_folder():
-            rep = _inspect(skel.loaded, target)
-            warning = _ops_gone(skel.loaded.model)
-    else:
-        loaded = _load(args.input)
-        rep = _inspect(loaded, target)
-        warning = _ops_gone(loaded.model)
-    if warning:
-        print(f"gelu-onnx: warning: {warning}", file=sys.stderr)
-    fusions = [_record(f) for f in rep.fusions]
-    near = [_record(n) for n in rep.near_misses]
+    found = inspect_file(args.input, args.target or "custom")
+    for w in found.warnings:
+        print(f"gelu-onnx: warning: {w}", file=sys.stderr)
     if args.json:
-        emit_json({"ok": True, "input": args.input, "target": target, "gelus": len(fusions), "fusions": fusions,
-                   "near_misses": near, "already_target_ops": [_record(f) for f in rep.already],
-                   "warnings": [warning] if warning else []})
+        emit_json({"ok": True, **found.as_dict()})
         return 0
-    shown = f" [target {target}]" if args.target else ""
+    fusions, near = found.result.fusions, found.result.near_misses
+    shown = f" [target {args.target}]" if args.target else ""
     print(f"{args.input}: {plural(len(fusions), 'GELU')} found, {plural(len(near), 'near-miss')}{shown}")
     if fusions:
-        rows = [[_graph(f.get("graph")), f.get("root"), f.get("form"), "yes" if f.get("bias") else "no",
-                 "" if f.get("alpha") is None else f"{f['alpha']:g}", f.get("dtype"), len(f.get("nodes") or [])]
-                + ([f.get("op")] if args.target else []) for f in fusions]
+        rows = [[_graph(f.graph), f.root, f.form, "yes" if f.bias else "no",
+                 "" if f.alpha is None else f"{f.alpha:g}", f.dtype, len(f.nodes or [])]
+                + ([f.op] if args.target else []) for f in fusions]
         print()
         print(table(rows, ["graph", "root", "form", "bias", "alpha", "dtype", "nodes"]
                      + (["becomes"] if args.target else [])))
     if near:
         print()
-        print(table([[_graph(n.get("graph")), n.get("anchor"), n.get("code"), n.get("reason")] for n in near],
+        print(table([[_graph(n.graph), n.anchor, n.code, n.reason] for n in near],
                      ["graph", "anchor", "code", "reason"]))
     return 0
-
-
-def _ops_gone(model) -> str | None:
-    from .pairing import custom_ops_gone
-
-    return custom_ops_gone(model)
 
 
 def cmd_bench(args) -> int:
     from . import bench as _bench
 
-    need_file(args.original)
+    require_file(args.original)
     if args.fused:
-        need_file(args.fused)
+        require_file(args.fused)
     if args.inputs is not None:
-        need_file(args.inputs)
+        require_file(args.inputs)
     levels = [s.strip() for s in args.opt_levels.split(",") if s.strip()]
     # progress on stderr, only when it is a terminal (tqdm's disable=None)
     from tqdm import tqdm

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cliutil import (add_input_args, dims, emit_json, fmt, need_file, plural, positive_int, table, tol_arg,
+from .files import require_file
+from .cliutil import (add_input_args, dims, emit_json, fmt, plural, positive_int, table, tol_arg,
                       tolerances)
 from .errors import InputError
 
@@ -45,7 +46,7 @@ def cmd_check(args) -> int:
         raise InputError("check needs ORIGINAL.onnx FUSED.onnx, or FUSED.onnx with --reference-outputs golden.json")
     original, fused = (None, models[0]) if len(models) == 1 else models
     for path in [m for m in models] + [x for x in (args.inputs, args.reference_outputs) if x is not None]:
-        need_file(path)
+        require_file(path)
     rep = parity_check.check(
         original, fused,
         seed=args.seed, iterations=args.iterations, inputs=args.inputs, dims=dims(args),

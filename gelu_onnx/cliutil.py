@@ -1,12 +1,8 @@
-"""What the gelu-onnx commands share: argument types, tables, JSON, file checks."""
+"""What the gelu-onnx commands share: argument types, tables, JSON."""
 from __future__ import annotations
 
 import argparse
 import json
-import stat
-from pathlib import Path
-
-from .errors import InputError, MissingFileError
 
 
 def emit_json(doc) -> None:
@@ -87,18 +83,6 @@ def nonneg_int(s: str) -> int:
 
 def dims(args) -> dict:
     return dict(args.dim or [])
-
-
-def need_file(path: str, what: str = "") -> None:
-    p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: no such file") from None
-    except OSError as e:  # a name over the OS limits, a loop of links, no permission
-        raise InputError(f"{path}: cannot access it ({e.strerror or e})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: not a regular file")
 
 
 def fmt(x, spec=".3g") -> str:

@@ -28,3 +28,5 @@ def test_python_snippet_runs_as_written(tmp_path):
     gelu_1 = 0.5 * (1 + math.erf(1 / math.sqrt(2)))  # float64 reference
     assert np.float32(lines[2]) == np.float32(gelu_1), (lines[2], gelu_1)  # correctly rounded (printed shortest)
     assert (tmp_path / "fused.onnx").is_file()
+    assert lines[3] == "com.microsoft.Gelu ort.onnx", lines  # gelu_onnx.fuse_file, the CLI's pipeline
+    assert (tmp_path / "ort.onnx").is_file()

@@ -1,0 +1,226 @@
+"""The file pipeline: what ``gelu-onnx fuse`` and ``gelu-onnx inspect`` do to
+files, as library calls (``gelu_onnx.fuse_file``, ``gelu_onnx.inspect_file``).
+
+fuse_file, top to bottom: refuse a bad input path -> load (a big single-file
+model as a skeleton whose weights stay in the file) -> fuse -> the lowest IR
+version the model needs, within what the installed onnxruntime loads ->
+onnx.checker (before writing when the model fits in memory, else on the
+written file) -> one atomic write that keeps what it replaces until the check
+passed -> commit, or roll back so every pre-existing file is as it was.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
+
+if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
+    from .api import FuseResult
+
+
+def require_file(path) -> None:
+    """A path the tool reads must be an existing regular file (one line otherwise)."""
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: no such file") from None
+    except OSError as e:  # a name over the OS limits, a loop of links, no permission
+        raise InputError(f"{path}: cannot access it ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path}: not a regular file")
+
+
+@dataclass
+class FileFuseResult:
+    """What fuse_file did: the fusion report and the notes of writing it."""
+
+    input: str
+    output: str
+    result: FuseResult
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def target(self) -> str:
+        return self.result.target
+
+    def as_dict(self) -> dict:
+        """The report as ``gelu-onnx fuse --json`` prints it (less "ok")."""
+        return {"input": self.input, "output": self.output, **self.result.as_dict(), "notes": list(self.notes)}
+
+
+@dataclass
+class FileInspectResult:
+    """What inspect_file found; ``warnings`` are one-line messages for stderr."""
+
+    input: str
+    result: FuseResult
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """The report as ``gelu-onnx inspect --json`` prints it (less "ok")."""
+        r = self.result
+        return {"input": self.input, "target": r.target, "gelus": len(r.fusions),
+                "fusions": [f.as_dict() for f in r.fusions], "near_misses": [n.as_dict() for n in r.near_misses],
+                "already_target_ops": [f.as_dict() for f in r.already], "warnings": list(self.warnings)}
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _opened(path):
+    """(loaded model, skeleton or None): big single-file models are read as a
+    skeleton whose weights stay in the file (splice); others by io.load_model."""
+    from . import io, splice
+
+    skel = splice.open_skeleton(path) if splice.wanted(path) else None
+    if skel is None:
+        yield io.load_model(path), None
+        return
+    with skel:
+        yield skel.loaded, skel
+
+
+def _in_folder(skel):
+    # the skeleton's placeholders resolve against the input's folder
+    return skel.in_folder() if skel is not None else contextlib.nullcontext()
+
+
+def fuse_file(src, dst, target="custom", *, overwrite_input: bool = False) -> FileFuseResult:
+    """Fuse every GELU of the model file ``src`` for ``target`` and write it to
+    ``dst`` exactly as ``gelu-onnx fuse`` does (see the module docstring).
+    ``src`` and its data files are never modified (``dst`` may be ``src``
+    only with ``overwrite_input``); on any failure every pre-existing file is
+    as it was. Raises gelu_onnx.errors.GeluOnnxError subclasses (one-line
+    messages) for bad input and unsupported models."""
+    from .api import fuse_with_report
+
+    src, dst = os.fspath(src), os.fspath(dst)
+    require_file(src)
+    if _same_file(src, dst) and not overwrite_input:
+        raise InputError(f"{dst} is the input file; refusing to overwrite it (pass --overwrite-input)")
+    with _opened(src) as (loaded, skel):
+        with _in_folder(skel):
+            # in place: this freshly loaded copy is ours; the file is untouched
+            res = fuse_with_report(loaded, target=target, inplace=True)
+        notes = list(res.notes)
+        write_model(res.model, dst, source=loaded, skeleton=skel, overwrite_input=overwrite_input,
+                            notes=notes, checked_against=src)
+    return FileFuseResult(src, dst, res, notes)
+
+
+def inspect_file(src, target="custom") -> FileInspectResult:
+    """Every GELU that fuse_file would fuse for ``target`` and every near-miss,
+    as ``gelu-onnx inspect`` reports them; nothing is written."""
+    from .api import inspect
+    from .pairing import custom_ops_gone
+
+    src = os.fspath(src)
+    require_file(src)
+    with _opened(src) as (loaded, skel), _in_folder(skel):
+        rep = inspect(loaded, target)
+        warning = custom_ops_gone(loaded.model)
+    return FileInspectResult(src, rep, [warning] if warning else [])
+
+
+def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool = False,
+                notes: list[str] | None = None, checked_against=None, base_dir=None) -> str:
+    """Write a fused ``model`` to ``dst``: the lowest IR version it needs (and
+    one the installed onnxruntime loads), onnx.checker, one atomic write that
+    rolls back if the checker fails on the written file. ``source``: the
+    io.LoadedModel it came from (protects the input and its data files);
+    ``skeleton``: the splice.Skeleton it was read as; ``checked_against``: the
+    input path, asked when the output fails the checker (an input that fails
+    too is bad input). Appends one-line notes to ``notes``; returns the path."""
+    from . import io
+
+    notes = [] if notes is None else notes
+    # onnx >= 1.23 stamps IR 14 on everything: write the lowest the model needs,
+    # so older runtimes load it too.
+    old = io.lower_ir_version(model)
+    if old is not None:
+        notes.append(f"IR version lowered from {old} to {model.ir_version} (the lowest this model needs)")
+    _loadable_ir(model, checked_against or dst, notes)
+    shown = os.fspath(dst)
+    # The checker resolves external data relative to the model file (and takes
+    # > 2 GiB only as a file): check those after writing, the rest before.
+    if skeleton is not None:
+        # The skeleton is small; its stripped weights are checked as external
+        # data inside the input file (their lengths exactly by splice).
+        with skeleton.in_folder():
+            _checker(model, shown, checked_against)
+        saved = skeleton.save(model, dst, overwrite_input=overwrite_input)
+        in_memory = True
+    else:
+        in_memory = io.checkable_in_memory(model)
+        if in_memory:
+            _checker(model, shown, checked_against)
+        if source is not None:
+            saved = source.save(model, dst, overwrite_input=overwrite_input, keep_backups=True)
+        else:
+            saved = io.save_model(model, dst, source_dir=base_dir, keep_backups=True)
+    if not in_memory:
+        try:
+            _checker(saved.path, shown, checked_against)
+        except BaseException:
+            # never leave a model that failed the checker behind, and put back
+            # the previous output and data files it replaced
+            saved.rollback()
+            raise
+    saved.commit()
+    notes += saved.notes
+    return saved.path
+
+
+def _loadable_ir(model, shown, notes: list[str]) -> None:
+    """What a model needs beyond the IR floor must load in the installed
+    onnxruntime (asked, not assumed). fuse needs no runtime: without one,
+    nothing is asked and a note says so."""
+    import importlib.util
+
+    from . import io
+
+    if model.ir_version <= io.IR_FLOOR:
+        return
+    if importlib.util.find_spec("onnxruntime") is None:
+        notes.append(f"the model needs IR version {model.ir_version}; onnxruntime is not installed, "
+                     "so whether your runtime loads it was not asked")
+        return
+    from . import ortinfo
+
+    limit = ortinfo.max_ir_version()
+    if model.ir_version > limit:
+        raise UnsupportedError(f"{shown}: the model needs IR version {model.ir_version} features; "
+                               f"the installed onnxruntime {ortinfo.version()} loads IR <= {limit}")
+
+
+def _checker(model_or_path, shown, source) -> None:
+    """onnx.checker on the output; when it fails, the input is asked too: a
+    model that was invalid before we touched it is bad input (exit 2), not a
+    bug of ours. (Checking the input only then keeps big models fast.)"""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model_or_path)
+    except (onnx.checker.ValidationError, ValueError) as e:
+        if source is not None:
+            try:
+                onnx.checker.check_model(source)
+            except (onnx.checker.ValidationError, ValueError, OSError) as src_err:
+                first = str(src_err).splitlines()[0] if str(src_err) else src_err
+                raise InputError(f"{source}: the input model fails onnx.checker: {_one_line(first)}") from None
+        raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {_one_line(str(e).splitlines()[0])} "
+                            "(a bug: please report)") from e
+
+
+def _one_line(s) -> str:
+    return " ".join(str(s).split())
