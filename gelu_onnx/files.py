@@ -109,6 +109,7 @@ def fuse_file(src, dst, target="custom", *, overwrite_input: bool = False) -> Fi
     if _same_file(src, dst) and not overwrite_input:
         raise InputError(f"{dst} is the input file; refusing to overwrite it (pass --overwrite-input)")
     with _opened(src) as (loaded, skel):
+        check_input(loaded.model, src, skel)
         with _in_folder(skel):
             # in place: this freshly loaded copy is ours; the file is untouched
             res = fuse_with_report(loaded, target=target, inplace=True)
@@ -126,10 +127,39 @@ def inspect_file(src, target="custom") -> FileInspectResult:
 
     src = os.fspath(src)
     require_file(src)
-    with _opened(src) as (loaded, skel), _in_folder(skel):
-        rep = inspect(loaded, target)
-        warning = custom_ops_gone(loaded.model)
+    with _opened(src) as (loaded, skel):
+        check_input(loaded.model, src, skel)
+        with _in_folder(skel):
+            rep = inspect(loaded, target)
+            warning = custom_ops_gone(loaded.model)
     return FileInspectResult(src, rep, [warning] if warning else [])
+
+
+def check_input(model, src, skeleton=None) -> None:
+    """The input must be a model a runtime would take: onnx.checker with
+    strict type and shape inference (full_check). value_info that contradicts
+    the graph, attributes of the wrong type, recursive model-local functions
+    are bad input (exit 2), found before fusing, so a fault inside a region
+    that fusion removes cannot hide behind a valid output."""
+    import onnx
+
+    from . import io
+
+    known = set(onnx.TensorProto.DataType.values())
+    for t in io.iter_tensors(model):  # the checker lets unknown element types through; runtimes refuse them
+        if t.data_type not in known:
+            raise InputError(f"{src}: tensor '{_one_line(t.name)[:120]}' has an unknown element type {t.data_type}")
+    try:
+        if skeleton is not None:
+            with skeleton.in_folder():  # placeholders: data inside the input file
+                onnx.checker.check_model(model, full_check=True)
+        elif io.checkable_in_memory(model):
+            onnx.checker.check_model(model, full_check=True)
+        else:  # external data resolve relative to the file
+            onnx.checker.check_model(os.fspath(src), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{src}: the input model fails onnx.checker: {_one_line(first)}") from None
 
 
 def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool = False,
@@ -139,8 +169,7 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     rolls back if the checker fails on the written file. ``source``: the
     io.LoadedModel it came from (protects the input and its data files);
     ``skeleton``: the splice.Skeleton it was read as; ``checked_against``: the
-    input path, asked when the output fails the checker (an input that fails
-    too is bad input). Appends one-line notes to ``notes``; returns the path."""
+    input path (named when the runtime cannot load the result). Appends one-line notes to ``notes``; returns the path."""
     from . import io
 
     notes = [] if notes is None else notes
@@ -157,20 +186,20 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
         # The skeleton is small; its stripped weights are checked as external
         # data inside the input file (their lengths exactly by splice).
         with skeleton.in_folder():
-            _checker(model, shown, checked_against)
+            _checker(model, shown)
         saved = skeleton.save(model, dst, overwrite_input=overwrite_input)
         in_memory = True
     else:
         in_memory = io.checkable_in_memory(model)
         if in_memory:
-            _checker(model, shown, checked_against)
+            _checker(model, shown)
         if source is not None:
             saved = source.save(model, dst, overwrite_input=overwrite_input, keep_backups=True)
         else:
             saved = io.save_model(model, dst, source_dir=base_dir, keep_backups=True)
     if not in_memory:
         try:
-            _checker(saved.path, shown, checked_against)
+            _checker(saved.path, shown)
         except BaseException:
             # never leave a model that failed the checker behind, and put back
             # the previous output and data files it replaced
@@ -203,21 +232,14 @@ def _loadable_ir(model, shown, notes: list[str]) -> None:
                                f"the installed onnxruntime {ortinfo.version()} loads IR <= {limit}")
 
 
-def _checker(model_or_path, shown, source) -> None:
-    """onnx.checker on the output; when it fails, the input is asked too: a
-    model that was invalid before we touched it is bad input (exit 2), not a
-    bug of ours. (Checking the input only then keeps big models fast.)"""
+def _checker(model_or_path, shown) -> None:
+    """onnx.checker on the output. fuse_file checked the input first
+    (check_input), so a failure here is a bug of ours."""
     import onnx
 
     try:
         onnx.checker.check_model(model_or_path)
     except (onnx.checker.ValidationError, ValueError) as e:
-        if source is not None:
-            try:
-                onnx.checker.check_model(source)
-            except (onnx.checker.ValidationError, ValueError, OSError) as src_err:
-                first = str(src_err).splitlines()[0] if str(src_err) else src_err
-                raise InputError(f"{source}: the input model fails onnx.checker: {_one_line(first)}") from None
         raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {_one_line(str(e).splitlines()[0])} "
                             "(a bug: please report)") from e
 
