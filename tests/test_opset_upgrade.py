@@ -61,7 +61,7 @@ def test_adapted_steps_are_real_changes():
             assert opset_upgrade.signature_preserved(op, prev, v) is not None, (op, v)
 
 
-def _gelu_model(extra_nodes, extra_inits, opset: int, out: str, out_shape, functions=()):
+def _gelu_model(extra_nodes, extra_inits, opset: int, out: str, out_shape, functions=(), x_shape=(2, 4, 6)):
     """x -> erf GELU -> g, then ``extra_nodes`` reading g and writing ``out``."""
     c = [nh.from_array(np.array(v, np.float32), n) for n, v in
          (("sqrt2", np.sqrt(2.0)), ("one", 1.0), ("half", 0.5))]
@@ -73,7 +73,7 @@ def _gelu_model(extra_nodes, extra_inits, opset: int, out: str, out_shape, funct
         h.make_node("Mul", ["t3", "half"], ["g"]),
         *extra_nodes,
     ]
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 6])],
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
                      [h.make_tensor_value_info(out, TensorProto.FLOAT, out_shape)], c + list(extra_inits))
     imports = [h.make_opsetid("", opset)] + [h.make_opsetid(f.domain, 1) for f in functions]
     return h.make_model(g, opset_imports=imports, ir_version=8, functions=list(functions))
@@ -118,7 +118,9 @@ def test_adapters_keep_meaning_and_functions_survive():
      nh.from_array(np.zeros((2, 3, 5, 2), np.float32), "grid")),
 ])
 def test_op_without_proven_path_is_refused(tmp_path, node, init):
-    m = _gelu_model([node], [init], 17, "y", None)
+    # a valid model (fuse checks its input first): GridSample takes N,C,H,W
+    m = _gelu_model([node], [init], 17, "y", [2, 3, 3, 5], x_shape=(2, 3, 4, 6))
+    onnx.checker.check_model(m, full_check=True)
     with pytest.raises(UnsupportedError, match=node.op_type):
         gelu_onnx.fuse_with_report(m, "standard")
     src = tmp_path / "m.onnx"
