@@ -23,7 +23,8 @@ import onnx
 import onnxruntime as ort
 
 import gelu_onnx
-from gelu_onnx import bench, contract, ortlib, parity
+from gelu_onnx import contract, ortlib, verify
+from gelu_onnx.verify import bench
 
 # Single-op GELUs whose kernel time the profiler pass sums: ORT's own fusions'
 # and ours.
@@ -65,7 +66,7 @@ def gelu_kernel_ms(path: Path, level: str, library: bool, threads: int, seq: int
     isolates the GELU kernels. Returns (gelu_ms, all_nodes_ms, gelu op types)."""
     import numpy as np
 
-    so = parity.make_session_options(library, level, threads)  # what bench.bench times with
+    so = verify.make_session_options(library, level, threads)  # what bench.bench times with
     so.enable_profiling = True
     so.profile_file_prefix = str(path.with_suffix(f".{level}.profile"))
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
@@ -130,7 +131,7 @@ def main() -> int:
     pmd = ["| model (ORT_ENABLE_ALL) | GELU ops | GELU kernels ms/run | all nodes ms/run |", "|---|---|---|---|"]
     pmd += [f"| {r['model']} | {', '.join(r['gelu_ops'])} | {r['gelu_ms']} | {r['all_nodes_ms']} |" for r in prof]
     text = (f"# End to end: {out['model']}\n\n{args.threads} threads, median of {args.repeats} timed runs per "
-            f"session in interleaved blocks (gelu_onnx.bench), one process. Machine: {machine.get('cpu')}.\n\n"
+            f"session in interleaved blocks (gelu_onnx.verify.bench), one process. Machine: {machine.get('cpu')}.\n\n"
             + "\n".join(md) + "\n\nKernel time from ONNX Runtime's profiler (20 runs after 5 warmup), "
             "same model and threads:\n\n" + "\n".join(pmd) + "\n")
     Path(args.out + ".md").write_text(text)

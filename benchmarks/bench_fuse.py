@@ -90,17 +90,17 @@ PHASES = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import onnx
-from gelu_onnx import api, io
+from gelu_onnx import api, onnxio
 t1 = time.perf_counter()
 src, dst = sys.argv[1], sys.argv[2]
-loaded = io.load_model(src)
+loaded = onnxio.load_model(src)
 t2 = time.perf_counter()
 plan = api._plan(loaded.model, loaded.base_dir)
 t3 = time.perf_counter()
 res = api.FuseResult(loaded.model, "custom")
 api._rewrite(loaded.model, plan, "custom", res)
 t4 = time.perf_counter()
-io.lower_ir_version(res.model)
+onnxio.lower_ir_version(res.model)
 onnx.checker.check_model(res.model)
 t5 = time.perf_counter()
 loaded.save(res.model, dst)
@@ -347,7 +347,7 @@ def markdown(doc: dict) -> str:
     if doc.get("synthetic"):
         lines += ["", "## Synthetic chains of N GELUs (bias Add + one of five spellings each)", "",
                   "`gelu-onnx` is the CLI end to end; the phase columns (µs per node) come from a separate "
-                  "in-process run of the same steps (io.load_model, match = api._plan, api._rewrite, "
+                  "in-process run of the same steps (onnxio.load_model, match = api._plan, api._rewrite, "
                   "onnx.checker, io save).", "",
                   "| GELUs | nodes | gelu-onnx s | µs / node | µs / GELU | load | match | rewrite | check | save "
                   "| bare s | ORT s | ORT fused |",

@@ -55,7 +55,7 @@ class _Weights:
             return name
         entry = min(self.files, key=lambda e: e[2])  # the least filled data file
         loc, f, off = entry
-        pad = (-off) % 4096  # aligned like onnx and gelu_onnx.io write them
+        pad = (-off) % 4096  # aligned like onnx and gelu_onnx.onnxio write them
         f.write(b"\0" * pad)
         off += pad
         n = math.prod(shape)

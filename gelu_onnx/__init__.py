@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 from .contract import DOMAIN, OP_TYPES  # noqa: F401
 
-__all__ = ["fuse", "fuse_with_report", "inspect", "save", "fuse_file", "inspect_file", "Fusion", "FuseResult", "session_options", "build_info",
+__all__ = ["fuse", "fuse_with_report", "inspect", "save", "fuse_file", "inspect_file", "check", "Fusion", "FuseResult", "session_options", "build_info",
            "DOMAIN", "OP_TYPES", "__version__"]
 
 
@@ -20,6 +20,10 @@ def __getattr__(name):
         from . import files
 
         return getattr(files, name)
+    if name == "check":
+        from .verify import check
+
+        return check
     if name == "build_info":
         from .buildinfo import build_info
 

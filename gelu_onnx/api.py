@@ -10,7 +10,8 @@ from onnx import ModelProto
 from . import contract as C
 from . import functions
 from .errors import InputError
-from .graph import GraphIndex, subgraphs
+from .graph import GraphIndex
+from .onnxio.walk import subgraphs
 from . import native
 from .legacy import find_legacy, legacy_nodes
 from .match import Match, NearMiss, find_bias, find_matches
@@ -83,10 +84,10 @@ class FuseResult:
 
 def _as_model(model, base_dir=None) -> tuple[ModelProto, str | None]:
     """(ModelProto, folder its external data lives in). Paths are loaded and
-    validated by gelu_onnx.io (no weight payload is read)."""
+    validated by gelu_onnx.onnxio (no weight payload is read)."""
     if isinstance(model, ModelProto):
         return model, base_dir
-    from .io import LoadedModel, load_model_proto
+    from .onnxio import LoadedModel, load_model_proto
 
     if isinstance(model, (str, os.PathLike, LoadedModel)):
         loaded = load_model_proto(model)
@@ -137,7 +138,7 @@ def _upgrade_for_standard(model: ModelProto, notes: list[str]) -> ModelProto:
 def fuse_with_report(model: ModelLike, target: Target = "custom", *, inplace: bool = False,
                      base_dir: str | None = None) -> FuseResult:
     """Fuse every GELU in ``model`` (a ModelProto, a path or an
-    io.LoadedModel) for ``target``. ``base_dir``: the folder a ModelProto's
+    onnxio.LoadedModel) for ``target``. ``base_dir``: the folder a ModelProto's
     external data lives in (lets scalar GELU constants stored externally be
     read). The input ModelProto is never modified unless ``inplace=True``.
     """

@@ -80,7 +80,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from . import bench as _bench
+    from .verify import bench as _bench
 
     require_file(args.original)
     if args.fused:
@@ -125,8 +125,8 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .bench import BENCH_DIM_DEFAULT
-    from .parity import OPT_LEVELS
+    from .verify.bench import BENCH_DIM_DEFAULT
+    from .verify import OPT_LEVELS
 
     ap = argparse.ArgumentParser(
         prog="gelu-onnx",

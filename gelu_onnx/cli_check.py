@@ -1,5 +1,5 @@
 """``gelu-onnx check``: its arguments and its printed report (the work is
-gelu_onnx.parity_check.check)."""
+gelu_onnx.verify.parity_check.check)."""
 from __future__ import annotations
 
 import argparse
@@ -27,7 +27,7 @@ def tol_by_name(s: str):
 
 
 def providers_arg(s: str) -> list[str]:
-    from .parity import PROVIDERS
+    from .verify import PROVIDERS
 
     ps = [p.strip() for p in s.split(",") if p.strip()]
     bad = [p for p in ps if p not in PROVIDERS]
@@ -37,7 +37,7 @@ def providers_arg(s: str) -> list[str]:
 
 
 def cmd_check(args) -> int:
-    from . import parity_check
+    from .verify import parity_check
 
     models = list(args.models)
     if len(models) > 2:
@@ -122,7 +122,7 @@ def _print_fusions(fusions, first) -> None:
 
 
 def add_parser(sub) -> None:
-    from .parity import DIM_DEFAULT, OPT_LEVELS, PROVIDERS
+    from .verify import DIM_DEFAULT, OPT_LEVELS, PROVIDERS
 
     p = sub.add_parser("check", help="parity: run original and fused on the same inputs, compare outputs",
                        description="Run ORIGINAL and FUSED on the same inputs and compare every output "

@@ -6,7 +6,7 @@ import json
 
 
 def emit_json(doc) -> None:
-    from .parity import json_safe
+    from .verify import json_safe
 
     print(json.dumps(json_safe(doc), indent=2))
 

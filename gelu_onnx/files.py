@@ -79,12 +79,13 @@ def _same_file(a, b) -> bool:
 @contextlib.contextmanager
 def _opened(path):
     """(loaded model, skeleton or None): big single-file models are read as a
-    skeleton whose weights stay in the file (splice); others by io.load_model."""
-    from . import io, splice
+    skeleton whose weights stay in the file (splice); others by onnxio.load_model."""
+    from . import onnxio
+    from .onnxio import splice
 
     skel = splice.open_skeleton(path) if splice.wanted(path) else None
     if skel is None:
-        yield io.load_model(path), None
+        yield onnxio.load_model(path), None
         return
     with skel:
         yield skel.loaded, skel
@@ -123,7 +124,7 @@ def inspect_file(src, target="custom") -> FileInspectResult:
     """Every GELU that fuse_file would fuse for ``target`` and every near-miss,
     as ``gelu-onnx inspect`` reports them; nothing is written."""
     from .api import inspect
-    from .pairing import custom_ops_gone
+    from .verify.pairing import custom_ops_gone
 
     src = os.fspath(src)
     require_file(src)
@@ -143,17 +144,17 @@ def check_input(model, src, skeleton=None) -> None:
     that fusion removes cannot hide behind a valid output."""
     import onnx
 
-    from . import io
+    from . import onnxio
 
     known = set(onnx.TensorProto.DataType.values())
-    for t in io.iter_tensors(model):  # the checker lets unknown element types through; runtimes refuse them
+    for t in onnxio.iter_tensors(model):  # the checker lets unknown element types through; runtimes refuse them
         if t.data_type not in known:
             raise InputError(f"{src}: tensor '{_one_line(t.name)[:120]}' has an unknown element type {t.data_type}")
     try:
         if skeleton is not None:
             with skeleton.in_folder():  # placeholders: data inside the input file
                 onnx.checker.check_model(model, full_check=True)
-        elif io.checkable_in_memory(model):
+        elif onnxio.checkable_in_memory(model):
             onnx.checker.check_model(model, full_check=True)
         else:  # external data resolve relative to the file
             onnx.checker.check_model(os.fspath(src), full_check=True)
@@ -167,15 +168,15 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     """Write a fused ``model`` to ``dst``: the lowest IR version it needs (and
     one the installed onnxruntime loads), onnx.checker, one atomic write that
     rolls back if the checker fails on the written file. ``source``: the
-    io.LoadedModel it came from (protects the input and its data files);
+    onnxio.LoadedModel it came from (protects the input and its data files);
     ``skeleton``: the splice.Skeleton it was read as; ``checked_against``: the
     input path (named when the runtime cannot load the result). Appends one-line notes to ``notes``; returns the path."""
-    from . import io
+    from . import onnxio
 
     notes = [] if notes is None else notes
     # onnx >= 1.23 stamps IR 14 on everything: write the lowest the model needs,
     # so older runtimes load it too.
-    old = io.lower_ir_version(model)
+    old = onnxio.lower_ir_version(model)
     if old is not None:
         notes.append(f"IR version lowered from {old} to {model.ir_version} (the lowest this model needs)")
     _loadable_ir(model, checked_against or dst, notes)
@@ -190,13 +191,13 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
         saved = skeleton.save(model, dst, overwrite_input=overwrite_input)
         in_memory = True
     else:
-        in_memory = io.checkable_in_memory(model)
+        in_memory = onnxio.checkable_in_memory(model)
         if in_memory:
             _checker(model, shown)
         if source is not None:
             saved = source.save(model, dst, overwrite_input=overwrite_input, keep_backups=True)
         else:
-            saved = io.save_model(model, dst, source_dir=base_dir, keep_backups=True)
+            saved = onnxio.save_model(model, dst, source_dir=base_dir, keep_backups=True)
     if not in_memory:
         try:
             _checker(saved.path, shown)
@@ -216,9 +217,9 @@ def _loadable_ir(model, shown, notes: list[str]) -> None:
     nothing is asked and a note says so."""
     import importlib.util
 
-    from . import io
+    from . import onnxio
 
-    if model.ir_version <= io.IR_FLOOR:
+    if model.ir_version <= onnxio.IR_FLOOR:
         return
     if importlib.util.find_spec("onnxruntime") is None:
         notes.append(f"the model needs IR version {model.ir_version}; onnxruntime is not installed, "

@@ -26,7 +26,8 @@ import onnx.inliner
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, helper
 
 from . import contract as C
-from .graph import ANCHOR_OPS, subgraphs
+from .graph import ANCHOR_OPS
+from .onnxio.walk import subgraphs
 
 _DEFAULT = ("", "ai.onnx")
 

@@ -8,10 +8,12 @@ The index is built once per graph in O(nodes) and never copies tensors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
+
+from .onnxio.walk import subgraphs
 
 # Ops that may sit inside a GELU spelling. All are elementwise on one
 # non-constant operand plus scalar constants.
@@ -21,16 +23,6 @@ ELEMENTWISE = BINARY_OPS | UNARY_OPS
 ANCHOR_OPS = {"Erf", "Tanh", "Sigmoid"}
 # Ops we are willing to constant-fold when all their inputs are constants.
 FOLDABLE = ELEMENTWISE
-
-
-def subgraphs(node: NodeProto):
-    """(attribute name, GraphProto) for every graph attribute of a node."""
-    for attr in node.attribute:
-        if attr.type == AttributeProto.GRAPH:
-            yield attr.name, attr.g
-        elif attr.type == AttributeProto.GRAPHS:
-            for i, g in enumerate(attr.graphs):
-                yield f"{attr.name}[{i}]", g
 
 
 def outer_references(graph: GraphProto) -> set[str]:
@@ -272,7 +264,7 @@ def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | No
         if t.data_location == TensorProto.EXTERNAL:
             if n != 1 or base_dir is None:
                 return None
-            from .io import tensor_array
+            from .onnxio import tensor_array
 
             return tensor_array(t, base_dir)
         return numpy_helper.to_array(t)

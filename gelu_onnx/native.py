@@ -128,7 +128,7 @@ def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodePro
 def drop_unused_functions(model) -> None:
     """Our model-local functions that no node calls any more (the model was
     moved from the custom target to another) are removed."""
-    from .graph import subgraphs
+    from .onnxio.walk import subgraphs
 
     used: set[str] = set()
 

@@ -8,7 +8,7 @@ from itertools import chain
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, helper
 
 from . import contract as C
-from .graph import subgraphs
+from .onnxio.walk import walk_graphs
 from .match import Match
 from .targets import Emission
 
@@ -34,14 +34,6 @@ class NameGen:
             name = f"{base}_{k}"
         self.used.add(name)
         return name
-
-
-def walk_graphs(graph: GraphProto):
-    yield graph
-    for node in graph.node:
-        if node.attribute:  # most nodes have none: skip the generator
-            for _, g in subgraphs(node):
-                yield from walk_graphs(g)
 
 
 def wider(a: int, b: int) -> int:

@@ -22,7 +22,9 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from gelu_onnx import feedfiles, parity
+from gelu_onnx import verify
+
+from gelu_onnx.verify import feedfiles
 
 ROOT = Path(__file__).resolve().parents[1]
 POLYGRAPHY = Path(sys.executable).parent / "polygraphy"
@@ -142,7 +144,7 @@ def test_statistics_per_output_and_iterations(bert, tmp_path):
     assert rep["iterations"] == 3 and len(its) == 3
     m = onnx.load(BERT)
     for i, feeds in enumerate(its):  # iteration i uses seed 7 + i
-        want = parity.make_inputs(m, seed=7 + i)
+        want = verify.make_inputs(m, seed=7 + i)
         assert all(np.array_equal(feeds[k], want[k]) for k in want)
     from gelu_onnx import session_options
 
@@ -260,7 +262,7 @@ def test_save_paths_never_replace_what_check_reads(bert, tmp_path):
 
 def test_bench_progress(tmp_path):
     """The library reports every session run; the CLI draws a bar only on a terminal."""
-    from gelu_onnx import bench
+    from gelu_onnx.verify import bench
 
     ticks = []
     bench.bench(BERT, None, repeats=4, warmup=1, opt_levels=("basic", "all"), progress=ticks.append)

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from gelu_onnx import cli, contract, io, ortinfo
+from gelu_onnx import cli, contract, onnxio, ortinfo
 from gelu_onnx.errors import UnsupportedError
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -148,7 +148,7 @@ def test_fuse_ir14_input_gives_loadable_output(tmp_path):
     r = gelu("fuse", src, "-o", tmp_path / "o.onnx", "--json")
     assert r.returncode == 0, r.stderr
     out = onnx.load(str(tmp_path / "o.onnx"))
-    assert out.ir_version == io.IR_FLOOR  # the lowest it needs, not the 14 onnx stamped
+    assert out.ir_version == onnxio.IR_FLOOR  # the lowest it needs, not the 14 onnx stamped
     ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
     assert any("IR version lowered from 14" in n for n in json.loads(r.stdout)["notes"])
 

@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from gelu_onnx import arrayfiles, feedfiles, polyjson
+from gelu_onnx.verify import arrayfiles, feedfiles, polyjson
 from gelu_onnx.errors import InputError
 
 POLYGRAPHY = Path(sys.executable).parent / "polygraphy"

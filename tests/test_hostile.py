@@ -24,7 +24,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gelu_onnx import io
+from gelu_onnx import onnxio
 from gelu_onnx.contract import SQRT2
 from gelu_onnx.errors import GeluOnnxError, InputError, UnsafeModelError
 
@@ -464,7 +464,7 @@ def test_hostile_load_refused(name, tmp_path):
     before = snapshot(tmp_path)
     with no_hang():
         with pytest.raises(InputError) as ei:
-            io.load_model(case.model)
+            onnxio.load_model(case.model)
     msg = str(ei.value)
     assert_one_line(msg)
     assert re.search(case.expect, msg), f"{name}: {msg}"
@@ -482,7 +482,7 @@ def test_hostile_bytes_refused_in_memory(name, tmp_path):
     data = case.model.read_bytes()
     with no_hang():
         with pytest.raises(InputError) as ei:
-            io.load_model_proto(data, base_dir=case.model.parent)
+            onnxio.load_model_proto(data, base_dir=case.model.parent)
     assert_one_line(str(ei.value))
 
 
@@ -495,11 +495,11 @@ def test_every_truncation_refused(tmp_path):
     for cut in range(1, len(data)):
         p.write_bytes(data[:cut])
         with pytest.raises(InputError) as ei:
-            io.load_model(p)
+            onnxio.load_model(p)
         assert_one_line(str(ei.value))
         refused += 1
     p.write_bytes(data)
-    io.load_model(p)  # and the whole file is fine
+    onnxio.load_model(p)  # and the whole file is fine
     assert refused == len(data) - 1
 
 
@@ -525,14 +525,14 @@ def test_fuzzed_models_never_crash(tmp_path):
         p = src / f"f{i}.onnx"
         p.write_bytes(bytes(b))
         try:
-            lm = io.load_model(p)
+            lm = onnxio.load_model(p)
         except InputError as e:
             assert_one_line(str(e))
             refused += 1
             continue
         loaded += 1
-        saved = io.save_model(lm.model, out / f"f{i}.onnx", source=lm)
-        io.load_model(saved.path)
+        saved = onnxio.save_model(lm.model, out / f"f{i}.onnx", source=lm)
+        onnxio.load_model(saved.path)
     assert loaded + refused == 300 and refused > 100
 
 
@@ -541,8 +541,8 @@ def test_valid_model_not_refused(tmp_path):
     mdir, _ = _layout(tmp_path)
     write_proto(ffn_model(), mdir / "a.onnx")
     save_external(ffn_model(hidden=32), mdir / "b.onnx")
-    io.load_model(mdir / "a.onnx")
-    lm = io.load_model(mdir / "b.onnx")
+    onnxio.load_model(mdir / "a.onnx")
+    lm = onnxio.load_model(mdir / "b.onnx")
     assert lm.external_files == (str((mdir / "weights.bin").resolve()),)
 
 
@@ -555,13 +555,13 @@ def _src(tmp_path: Path, external: bool = True):
         save_external(ffn_model(hidden=32), mdir / "m.onnx")
     else:
         write_proto(ffn_model(), mdir / "m.onnx")
-    return io.load_model(mdir / "m.onnx")
+    return onnxio.load_model(mdir / "m.onnx")
 
 
 def _refused_save(tmp_path, lm, out, expect, **kw):
     before = snapshot(tmp_path)
     with pytest.raises(InputError) as ei:
-        io.save_model(lm.model, out, source=lm, **kw)
+        onnxio.save_model(lm.model, out, source=lm, **kw)
     assert_one_line(str(ei.value))
     assert re.search(expect, str(ei.value)), str(ei.value)
     assert snapshot(tmp_path) == before
@@ -615,7 +615,7 @@ def test_failure_midway_leaves_nothing(tmp_path):
     the write fails after temp files were made; none may remain."""
     mdir, _ = _layout(tmp_path)
     save_external(ffn_model(hidden=32), mdir / "m.onnx", location="w/weights.bin")
-    lm = io.load_model(mdir / "m.onnx")
+    lm = onnxio.load_model(mdir / "m.onnx")
     out = tmp_path / "out"
     out.mkdir()
     (out / "w").write_bytes(b"in the way")
@@ -633,6 +633,6 @@ def test_save_refuses_escaping_references(tmp_path):
     out.mkdir()
     before = snapshot(tmp_path)
     with pytest.raises(UnsafeModelError):
-        io.save_model(m, out / "o.onnx", source_dir=mdir)
+        onnxio.save_model(m, out / "o.onnx", source_dir=mdir)
     assert snapshot(tmp_path) == before
 

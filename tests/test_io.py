@@ -1,4 +1,4 @@
-"""gelu_onnx.io on valid models: what loads, what is written, external data
+"""gelu_onnx.onnxio on valid models: what loads, what is written, external data
 kept external (never loaded), the output folder self-contained, IR clamping.
 
 Hostile inputs are in tests/test_hostile.py.  The > 2 GB round trip needs
@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from scipy.special import erf
 
-from gelu_onnx import io
+from gelu_onnx import onnxio
+from gelu_onnx.onnxio.tensors import external_info
 from gelu_onnx.errors import InputError, UnsafeModelError
 
 _spec = importlib.util.spec_from_file_location("_hostile_corpus", Path(__file__).with_name("test_hostile.py"))
@@ -47,7 +49,7 @@ def run(path_or_bytes, x: np.ndarray) -> np.ndarray:
 
 
 def external_tensors(model: onnx.ModelProto):
-    return [t for t in io.iter_tensors(model) if t.data_location == TensorProto.EXTERNAL]
+    return [t for t in onnxio.iter_tensors(model) if t.data_location == TensorProto.EXTERNAL]
 
 
 @pytest.fixture
@@ -70,7 +72,7 @@ def test_load_plain_model(tmp_path):
     m = ffn_model()
     p = tmp_path / "m.onnx"
     write_proto(m, p)
-    lm = io.load_model(p)
+    lm = onnxio.load_model(p)
     assert lm.model.SerializeToString() == m.SerializeToString()
     assert lm.path == str(p) and lm.base_dir == str(tmp_path.resolve())
     assert lm.external_files == () and lm.file_size == p.stat().st_size
@@ -78,16 +80,16 @@ def test_load_plain_model(tmp_path):
 
 def test_load_model_proto_validates_without_copy():
     m = ffn_model()
-    lm = io.load_model_proto(m)
+    lm = onnxio.load_model_proto(m)
     assert lm.model is m
-    assert io.load_model_proto(m.SerializeToString()).model == m
+    assert onnxio.load_model_proto(m.SerializeToString()).model == m
     with pytest.raises(InputError):
-        io.load_model_proto(42)
+        onnxio.load_model_proto(42)
 
 
 def test_external_payload_not_loaded(ext_model):
     path, _ = ext_model
-    lm = io.load_model(path)
+    lm = onnxio.load_model(path)
     ext = external_tensors(lm.model)
     assert [t.name for t in ext] == ["W"]
     assert not ext[0].HasField("raw_data")
@@ -100,8 +102,8 @@ def test_external_model_without_folder_refused(ext_model):
     path, _ = ext_model
     m = onnx.load(str(path), load_external_data=False)
     with pytest.raises(InputError, match="no model folder is known"):
-        io.load_model_proto(m)
-    assert io.load_model_proto(m, base_dir=path.parent).external_files
+        onnxio.load_model_proto(m)
+    assert onnxio.load_model_proto(m, base_dir=path.parent).external_files
 
 
 def test_legal_constructs_pass(tmp_path):
@@ -133,7 +135,7 @@ def test_legal_constructs_pass(tmp_path):
     nodes = list(g.node)
     del g.node[:]
     g.node.extend(reversed(nodes))  # not topologically sorted, but acyclic
-    io.load_model_proto(m)
+    onnxio.load_model_proto(m)
 
 
 def test_real_exports_load(tmp_path):
@@ -141,7 +143,7 @@ def test_real_exports_load(tmp_path):
     if not files:
         pytest.skip("no exported models in models/ (run models/export_models.py)")
     for f in files:
-        lm = io.load_model(f)
+        lm = onnxio.load_model(f)
         assert lm.model.graph.node, f
 
 
@@ -151,13 +153,13 @@ def test_real_exports_load(tmp_path):
 def test_plain_save_is_atomic_and_readable(tmp_path):
     m = ffn_model(hidden=64)
     out = tmp_path / "o.onnx"
-    saved = io.save_model(m, out)
+    saved = onnxio.save_model(m, out)
     assert Path(saved.path) == out and os.listdir(tmp_path) == ["o.onnx"]
     assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
     np.testing.assert_allclose(run(str(out), X), ffn_reference(X, m), rtol=1e-5, atol=1e-5)
     # saving again replaces it; the model passed in is not modified
     before = m.SerializeToString()
-    io.save_model(m, out)
+    onnxio.save_model(m, out)
     assert m.SerializeToString() == before and os.listdir(tmp_path) == ["o.onnx"]
 
 
@@ -171,7 +173,7 @@ def test_external_roundtrip_to_other_folder(ext_model, tmp_path):
     path, m = ext_model
     want = ffn_reference(X, m)
     np.testing.assert_allclose(run(str(path), X), want, rtol=1e-5, atol=1e-5)
-    lm = io.load_model(path)
+    lm = onnxio.load_model(path)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     saved = lm.save(lm.model, out_dir / "o.onnx")
@@ -187,16 +189,16 @@ def test_external_roundtrip_to_other_folder(ext_model, tmp_path):
     # the output keeps W external, with the same relative location
     out_model = onnx.load(str(out_dir / "o.onnx"), load_external_data=False)
     ext = external_tensors(out_model)
-    assert [(t.name, io._external_info(t)["location"]) for t in ext] == [("W", "weights.bin")]
+    assert [(t.name, external_info(t)["location"]) for t in ext] == [("W", "weights.bin")]
     # self-contained: the input folder can go away
     shutil.rmtree(path.parent)
     np.testing.assert_allclose(run(str(out_dir / "o.onnx"), X), want, rtol=1e-5, atol=1e-5)
-    assert io.load_model(out_dir / "o.onnx").external_files == (str((out_dir / "weights.bin").resolve()),)
+    assert onnxio.load_model(out_dir / "o.onnx").external_files == (str((out_dir / "weights.bin").resolve()),)
 
 
 def test_external_save_same_folder_references_kept(ext_model):
     path, m = ext_model
-    lm = io.load_model(path)
+    lm = onnxio.load_model(path)
     saved = lm.save(lm.model, path.parent / "o.onnx")
     assert saved.linked == saved.copied == [] and saved.data_files == []
     assert sorted(os.listdir(path.parent)) == ["m.onnx", "o.onnx", "weights.bin"]
@@ -209,7 +211,7 @@ def test_external_subfolder_and_rerun(tmp_path):
     out.mkdir()
     m = ffn_model(hidden=64)
     save_external(m, src / "m.onnx", location="weights/part.bin")
-    lm = io.load_model(src / "m.onnx")
+    lm = onnxio.load_model(src / "m.onnx")
     for _ in range(2):  # a second run replaces the data file atomically
         lm.save(lm.model, out / "o.onnx")
     assert sorted(os.listdir(out)) == ["o.onnx", "weights"]
@@ -222,8 +224,8 @@ def test_external_copied_across_filesystems(ext_model):
     shm = Path("/dev/shm")
     if not shm.is_dir() or shm.stat().st_dev == path.stat().st_dev:
         pytest.skip("no second filesystem (/dev/shm) to force a plain copy")
-    lm = io.load_model(path)
-    out_dir = Path(io.tempfile.mkdtemp(dir=shm))
+    lm = onnxio.load_model(path)
+    out_dir = Path(tempfile.mkdtemp(dir=shm))
     try:
         saved = lm.save(lm.model, out_dir / "o.onnx")
         assert saved.copied == [str(out_dir / "weights.bin")] and not saved.linked
@@ -235,7 +237,7 @@ def test_external_copied_across_filesystems(ext_model):
 
 def test_overwrite_input_when_asked(ext_model):
     path, m = ext_model
-    lm = io.load_model(path)
+    lm = onnxio.load_model(path)
     with pytest.raises(InputError, match="refusing to overwrite the input"):
         lm.save(lm.model, path)
     lm.model.producer_name = "rewritten"
@@ -251,14 +253,14 @@ def test_big_model_split_into_data_file(tmp_path):
     m = ffn_model(hidden=64)
     want = ffn_reference(X, m)
     out = tmp_path / "o.onnx"
-    saved = io.save_model(m, out, max_proto_bytes=4096)
+    saved = onnxio.save_model(m, out, max_proto_bytes=4096)
     assert [t.name for t in external_tensors(m)] == ["W"]  # documented: changed in place, like onnx.save
     assert saved.externalized == 1 and saved.data_files == [str(tmp_path / "o.onnx.data")]
     assert "o.onnx.data" in saved.notes[0]
     on_disk = onnx.load(str(out), load_external_data=False)
     assert [t.name for t in external_tensors(on_disk)] == ["W"]  # B etc. are < 1 KiB
     np.testing.assert_allclose(run(str(out), X), want, rtol=1e-5, atol=1e-5)
-    assert io.load_model(out).external_files == (str((tmp_path / "o.onnx.data").resolve()),)
+    assert onnxio.load_model(out).external_files == (str((tmp_path / "o.onnx.data").resolve()),)
 
 
 def test_fused_external_model_end_to_end(ext_model, tmp_path):
@@ -266,13 +268,13 @@ def test_fused_external_model_end_to_end(ext_model, tmp_path):
     a plain ORT (model-local functions) and matches the float64 reference."""
     fuse = pytest.importorskip("gelu_onnx.api").fuse_with_report
     path, m = ext_model
-    lm = io.load_model(path)
+    lm = onnxio.load_model(path)
     res = fuse(lm.model, target="custom")
     assert len(res.fusions) == 1
     out = tmp_path / "out" / "f.onnx"
     out.parent.mkdir()
     lm.save(res.model, out)
-    fused = io.load_model(out)
+    fused = onnxio.load_model(out)
     assert [t.name for t in external_tensors(fused.model)] == ["W"]
     assert sorted(os.listdir(out.parent)) == ["f.onnx", "weights.bin"]
     np.testing.assert_allclose(run(str(out), X), ffn_reference(X, m), rtol=1e-5, atol=1e-5)
@@ -280,15 +282,15 @@ def test_fused_external_model_end_to_end(ext_model, tmp_path):
 
 def test_tensor_array_reads_only_validated_external(ext_model):
     path, m = ext_model
-    lm = io.load_model(path)
+    lm = onnxio.load_model(path)
     w = next(t for t in lm.model.graph.initializer if t.name == "W")
     ref = next(numpy_helper.to_array(t) for t in m.graph.initializer if t.name == "W")
-    np.testing.assert_array_equal(io.tensor_array(w, lm.base_dir), ref)
+    np.testing.assert_array_equal(onnxio.tensor_array(w, lm.base_dir), ref)
     for e in w.external_data:
         if e.key == "location":
             e.value = "../escape.bin"
     with pytest.raises(UnsafeModelError):
-        io.tensor_array(w, lm.base_dir)
+        onnxio.tensor_array(w, lm.base_dir)
 
 
 # --- IR version ----------------------------------------------------------------
@@ -296,19 +298,19 @@ def test_tensor_array_reads_only_validated_external(ext_model):
 
 def test_lower_ir_version():
     m = ffn_model(ir=14)
-    assert io.lower_ir_version(m) == 14 and m.ir_version == io.IR_FLOOR == io.lowest_ir_version(m)
+    assert onnxio.lower_ir_version(m) == 14 and m.ir_version == onnxio.IR_FLOOR == onnxio.lowest_ir_version(m)
     run(m.SerializeToString(), X[:, :16])
-    assert io.lower_ir_version(m) is None  # already the lowest
+    assert onnxio.lower_ir_version(m) is None  # already the lowest
     old = ffn_model(ir=8)
-    assert io.lower_ir_version(old) is None and old.ir_version == 8  # never raised
+    assert onnxio.lower_ir_version(old) is None and old.ir_version == 8  # never raised
     new_opset = ffn_model(ir=14)
     new_opset.opset_import[0].version = 28  # needs IR 14
-    assert io.lower_ir_version(new_opset) is None and new_opset.ir_version == 14
+    assert onnxio.lower_ir_version(new_opset) is None and new_opset.ir_version == 14
     if hasattr(TensorProto, "FLOAT6E2M3"):
         f6 = ffn_model(ir=14)
         vi = helper.make_tensor_value_info("f6", TensorProto.FLOAT6E2M3, [1])
         f6.graph.value_info.append(vi)
-        assert io.lower_ir_version(f6) is None and f6.ir_version == 14
+        assert onnxio.lower_ir_version(f6) is None and f6.ir_version == 14
 
 
 # --- > 2 GB ---------------------------------------------------------------------
@@ -331,13 +333,13 @@ def test_over_2gb_model_roundtrip(tmp_path):
     g.node.append(helper.make_node("Sum", [f"s{i}" for i in range(n)] + ["x"], ["y"]))
     g.input.append(helper.make_tensor_value_info("x", F, [4]))
     g.output.append(helper.make_tensor_value_info("y", F, [4]))
-    assert io.embedded_bytes(m) > io.MAX_PROTO_BYTES
-    saved = io.save_model(m, tmp_path / "big.onnx")
+    assert onnxio.embedded_bytes(m) > onnxio.MAX_PROTO_BYTES
+    saved = onnxio.save_model(m, tmp_path / "big.onnx")
     assert saved.externalized == n and "big.onnx.data" in saved.notes[0]
     assert (tmp_path / "big.onnx.data").stat().st_size >= n * size * 4
     assert (tmp_path / "big.onnx").stat().st_size < 1 << 20
     del m, g, t
-    lm = io.load_model(tmp_path / "big.onnx")
+    lm = onnxio.load_model(tmp_path / "big.onnx")
     assert len(external_tensors(lm.model)) == n
     del lm
     out = run_big(str(tmp_path / "big.onnx"))

@@ -7,7 +7,9 @@ import onnx.inliner
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from gelu_onnx import errstats, fuse, localize, pairing, parity
+from gelu_onnx import fuse, verify
+
+from gelu_onnx.verify import errstats, localize, pairing
 
 
 def _erf_gelu(x, y, p):
@@ -45,14 +47,14 @@ def broken(fused: onnx.ModelProto, tensor: str, op: str = "Relu") -> onnx.ModelP
 
 
 def _localized(orig, fused):
-    lo, lf = parity.load(orig), parity.load(fused)
+    lo, lf = verify.load(orig), verify.load(fused)
     ex = localize.expose(lo, lf)
-    feeds = parity.make_inputs(lo.model, dim_default=5)
-    a = parity.run(parity.load(ex.original), feeds, use_library=False)
-    b = parity.run(parity.load(ex.fused), feeds, use_library=False)
+    feeds = verify.make_inputs(lo.model, dim_default=5)
+    a = verify.run(verify.load(ex.original), feeds, use_library=False)
+    b = verify.run(verify.load(ex.fused), feeds, use_library=False)
     _, ga = localize.split(a, ex.sites, ["h2"])
     _, gb = localize.split(b, ex.sites, ["h2"])
-    rows = {r.name: r for r in parity.compare(ga, gb)}
+    rows = {r.name: r for r in verify.compare(ga, gb)}
     return ex, {s.tensor: localize.fusion_record(s, rows.get(s.tensor) if s.in_fused else None) for s in ex.sites}
 
 
@@ -87,7 +89,7 @@ def test_stats_and_merge_against_numpy():
     diffs = []
     for i in range(3):
         b = a + rng.normal(0, 1e-6 * (i + 1), a.shape).astype(np.float32)
-        row = parity.compare_one("y", a, b)
+        row = verify.compare_one("y", a, b)
         d = np.abs(a.astype(np.float64) - b.astype(np.float64)).ravel()
         errstats.keep(row, d)
         assert row.median_abs == np.median(d) and np.isclose(row.p99_abs, np.percentile(d, 99))

@@ -16,7 +16,7 @@ from onnx import helper
 from onnx import numpy_helper as nh
 from scipy.special import erf
 
-from gelu_onnx import contract, ortinfo, parity
+from gelu_onnx import contract, ortinfo, verify
 from gelu_onnx.errors import InputError, UnsupportedError
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -88,7 +88,7 @@ def test_ulp_matches_rank_in_sorted_value_list(dtype):
     keep = np.isfinite(b.astype(np.float64))
     a, b = a[keep], b[keep]
     want = np.abs(np.searchsorted(values, a.astype(np.float64)) - np.searchsorted(values, b.astype(np.float64)))
-    assert np.array_equal(parity.ulp_distance(a, b).astype(np.int64), want)
+    assert np.array_equal(verify.ulp_distance(a, b).astype(np.int64), want)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
@@ -102,14 +102,14 @@ def test_ulp_matches_nextafter_walk(dtype):
                     x = np.nextafter(x, dtype(direction))
                 if not np.isfinite(x):
                     break  # walked off the largest finite value
-                got = int(parity.ulp_distance(np.array([s], dtype), np.array([x], dtype))[0])
+                got = int(verify.ulp_distance(np.array([s], dtype), np.array([x], dtype))[0])
                 assert got == k, (s, direction, k)
 
 
 def test_ulp_signed_zero_and_crossing_zero():
     a = np.array([0.0, -0.0, np.nextafter(np.float32(0), np.float32(1))], np.float32)
     b = np.array([-0.0, 0.0, np.nextafter(np.float32(0), np.float32(-1))], np.float32)
-    assert parity.ulp_distance(a, b).tolist() == [0, 0, 2]
+    assert verify.ulp_distance(a, b).tolist() == [0, 0, 2]
 
 
 # --- compare ------------------------------------------------------------------------
@@ -117,15 +117,15 @@ def test_ulp_signed_zero_and_crossing_zero():
 
 def test_compare_nan_same_places_is_equal_nan_elsewhere_fails():
     a = np.array([1.0, np.nan, np.inf, -np.inf], np.float32)
-    (row,) = parity.compare({"y": a}, {"y": a.copy()})
+    (row,) = verify.compare({"y": a}, {"y": a.copy()})
     assert row.passed and row.max_abs == 0 and row.max_ulp == 0
     b = a.copy()
     b[0] = np.nan
-    (row,) = parity.compare({"y": a}, {"y": b})
+    (row,) = verify.compare({"y": a}, {"y": b})
     assert not row.passed and row.nonfinite_mismatched == 1 and row.mismatched == 1
     b = a.copy()
     b[2] = -np.inf
-    (row,) = parity.compare({"y": a}, {"y": b})
+    (row,) = verify.compare({"y": a}, {"y": b})
     assert not row.passed and row.nonfinite_mismatched == 1
 
 
@@ -133,7 +133,7 @@ def test_compare_default_tolerances_follow_contract_per_dtype():
     for name, tol in contract.PARITY_TOLERANCE.items():
         dt = BF16 if name == "bfloat16" else np.dtype(name)
         ref = np.array([1.0, 2.0, 0.0], dt)
-        (row,) = parity.compare({"y": ref}, {"y": ref})
+        (row,) = verify.compare({"y": ref}, {"y": ref})
         assert (row.rtol, row.atol, row.dtype) == (tol["rtol"], tol["atol"], name)
 
 
@@ -142,25 +142,25 @@ def test_compare_tolerance_boundary_and_override():
     tol = contract.PARITY_TOLERANCE["float64"]
     inside = ref + np.array([0.9 * (tol["atol"] + tol["rtol"]), 0.9 * tol["atol"]])
     outside = ref + np.array([3 * (tol["atol"] + tol["rtol"]), 0.0])
-    assert parity.compare({"y": ref}, {"y": inside})[0].passed
-    row = parity.compare({"y": ref}, {"y": outside})[0]
+    assert verify.compare({"y": ref}, {"y": inside})[0].passed
+    row = verify.compare({"y": ref}, {"y": outside})[0]
     assert not row.passed and row.mismatched == 1
     assert math.isclose(row.max_abs, 3 * (tol["atol"] + tol["rtol"]), rel_tol=1e-6)
-    assert parity.compare({"y": ref}, {"y": outside}, {"float64": {"rtol": 1e-3}})[0].passed
+    assert verify.compare({"y": ref}, {"y": outside}, {"float64": {"rtol": 1e-3}})[0].passed
 
 
 def test_compare_missing_extra_shape_dtype_int():
     a = np.zeros((2, 3), np.float32)
-    rows = parity.compare({"y": a, "z": a}, {"y": a, "w": a})
+    rows = verify.compare({"y": a, "z": a}, {"y": a, "w": a})
     by = {r.name: r for r in rows}
     assert by["y"].passed
     assert not by["z"].passed and "missing" in by["z"].message
     assert not by["w"].passed and "only in the fused" in by["w"].message
-    assert "shape" in parity.compare({"y": a}, {"y": a.reshape(3, 2)})[0].message
-    assert "dtype" in parity.compare({"y": a}, {"y": a.astype(np.float16)})[0].message
+    assert "shape" in verify.compare({"y": a}, {"y": a.reshape(3, 2)})[0].message
+    assert "dtype" in verify.compare({"y": a}, {"y": a.astype(np.float16)})[0].message
     i = np.array([1, 2, 3], np.int64)
-    assert parity.compare({"i": i}, {"i": i})[0].passed
-    row = parity.compare({"i": i}, {"i": i + np.array([0, 0, 1])})[0]
+    assert verify.compare({"i": i}, {"i": i})[0].passed
+    row = verify.compare({"i": i}, {"i": i + np.array([0, 0, 1])})[0]
     assert not row.passed and row.max_abs == 1 and row.max_ulp is None
 
 
@@ -182,34 +182,34 @@ def _ids_model():
 
 def test_make_inputs_seeded_shapes_and_ranges():
     m = _ids_model()
-    f1 = parity.make_inputs(m, seed=3, overrides={"seq": 50}, dim_default=6)
-    f2 = parity.make_inputs(m, seed=3, overrides={"seq": 50}, dim_default=6)
+    f1 = verify.make_inputs(m, seed=3, overrides={"seq": 50}, dim_default=6)
+    f2 = verify.make_inputs(m, seed=3, overrides={"seq": 50}, dim_default=6)
     assert all(np.array_equal(f1[k], f2[k]) for k in f1)
     assert f1["input_ids"].shape == (6, 50) and f1["input_ids"].dtype == np.int64
     assert f1["input_ids"].min() >= 0 and f1["input_ids"].max() < 37  # table size seen through the Cast
     assert f1["input_ids"].max() > 20  # and actually spread over it
     assert np.all(f1["attention_mask"] == 1)
     assert f1["flag"].dtype == bool and f1["flag"].shape == (3,)
-    f3 = parity.make_inputs(m, seed=4, overrides={"seq": 50}, dim_default=6)
+    f3 = verify.make_inputs(m, seed=4, overrides={"seq": 50}, dim_default=6)
     assert not np.array_equal(f1["input_ids"], f3["input_ids"])
     # the feeds really run
-    out = parity.run(m, f1, use_library=False)
+    out = verify.run(m, f1, use_library=False)
     assert out["y"].shape == (6, 50, 4)
 
 
 def test_make_inputs_errors():
     m = _ids_model()
     with pytest.raises(InputError, match="named dims: batch, seq"):
-        parity.make_inputs(m, overrides={"sequence": 3})
+        verify.make_inputs(m, overrides={"sequence": 3})
     bad = gelu_model()
     bad.graph.input[0].type.tensor_type.ClearField("shape")
     with pytest.raises(InputError, match="declares no shape"):
-        parity.make_inputs(bad)
+        verify.make_inputs(bad)
 
 
 def test_make_inputs_float_dtypes():
     for dt, np_dt in ((T.FLOAT, np.float32), (T.FLOAT16, np.float16), (T.BFLOAT16, BF16)):
-        f = parity.make_inputs(gelu_model(dtype=dt), dim_default=3)
+        f = verify.make_inputs(gelu_model(dtype=dt), dim_default=3)
         assert f["x"].dtype == np_dt and f["x"].shape == (3, 8)
 
 
@@ -217,7 +217,7 @@ def test_load_npz_validation(tmp_path):
     m = gelu_model()
     good = tmp_path / "good.npz"
     np.savez(good, x=np.ones((5, 8), np.float32))
-    assert parity.load_npz(good, m)["x"].shape == (5, 8)
+    assert verify.load_npz(good, m)["x"].shape == (5, 8)
     cases = {
         "missing": ({"z": np.ones((5, 8), np.float32)}, "missing input"),
         "extra": ({"x": np.ones((5, 8), np.float32), "xx": np.ones(1)}, "'xx' is not an input"),
@@ -229,18 +229,18 @@ def test_load_npz_validation(tmp_path):
         p = tmp_path / f"{name}.npz"
         np.savez(p, **arrays)
         with pytest.raises(InputError, match=msg):
-            parity.load_npz(p, m)
+            verify.load_npz(p, m)
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip at all")
     with pytest.raises(InputError, match="cannot read it as .npz"):
-        parity.load_npz(junk, m)
+        verify.load_npz(junk, m)
     with pytest.raises(InputError, match="no such file"):
-        parity.load_npz(tmp_path / "absent.npz", m)
+        verify.load_npz(tmp_path / "absent.npz", m)
     np.save(tmp_path / "one.npy", np.ones((5, 8), np.float32))
     with pytest.raises(InputError, match="single .npy array"):
-        parity.load_npz(tmp_path / "one.npy", m)
+        verify.load_npz(tmp_path / "one.npy", m)
     with pytest.raises(InputError, match="does not exist"):
-        parity.save_npz({"x": np.ones(1)}, tmp_path / "no" / "dir.npz")
+        verify.save_npz({"x": np.ones(1)}, tmp_path / "no" / "dir.npz")
 
 
 def test_load_npz_named_dim_consistency(tmp_path):
@@ -248,18 +248,18 @@ def test_load_npz_named_dim_consistency(tmp_path):
     p = tmp_path / "in.npz"
     np.savez(p, input_ids=np.zeros((2, 5), np.int64), attention_mask=np.ones((2, 6), np.int64), flag=np.ones(3, bool))
     with pytest.raises(InputError, match="dim 'seq' is 5"):
-        parity.load_npz(p, m)
+        verify.load_npz(p, m)
 
 
 def test_npz_bfloat16_round_trip(tmp_path):
     m = gelu_model(dtype=T.BFLOAT16)
-    feeds = parity.make_inputs(m, dim_default=2)
+    feeds = verify.make_inputs(m, dim_default=2)
     p = tmp_path / "bf.npz"
-    parity.save_npz(feeds, p)
-    back = parity.load_npz(p, m)
+    verify.save_npz(feeds, p)
+    back = verify.load_npz(p, m)
     assert back["x"].dtype == BF16 and np.array_equal(back["x"].view(np.uint16), feeds["x"].view(np.uint16))
     np.savez(tmp_path / "bf2.npz", x=feeds["x"])  # ml_dtypes array as numpy saves it ('V2')
-    assert parity.load_npz(tmp_path / "bf2.npz", m)["x"].dtype == BF16
+    assert verify.load_npz(tmp_path / "bf2.npz", m)["x"].dtype == BF16
 
 
 # --- check on real ORT sessions ------------------------------------------------------
@@ -267,7 +267,7 @@ def test_npz_bfloat16_round_trip(tmp_path):
 
 @pytest.mark.parametrize("opt", ["disable", "all"])
 def test_check_erf_vs_onnx_gelu_passes(tmp_path, opt):
-    rep = parity.check(save(gelu_model("erf"), tmp_path / "o.onnx"), save(gelu_model("gelu20"), tmp_path / "f.onnx"),
+    rep = verify.check(save(gelu_model("erf"), tmp_path / "o.onnx"), save(gelu_model("gelu20"), tmp_path / "f.onnx"),
                        dims={"batch": 16}, use_library=False, opt_level=opt)
     assert rep.ok, rep.to_dict()
     (row,) = rep.outputs
@@ -277,10 +277,10 @@ def test_check_erf_vs_onnx_gelu_passes(tmp_path, opt):
 
 def test_check_wrong_constant_fails_with_independent_error(tmp_path):
     o, w = save(gelu_model("erf"), tmp_path / "o.onnx"), save(gelu_model("wrong"), tmp_path / "w.onnx")
-    rep = parity.check(o, w, seed=7, dims={"batch": 4}, use_library=False, opt_level="disable")
+    rep = verify.check(o, w, seed=7, dims={"batch": 4}, use_library=False, opt_level="disable")
     assert not rep.ok
     (row,) = rep.outputs
-    x = parity.make_inputs(gelu_model(), seed=7, overrides={"batch": 4})["x"].astype(np.float64)
+    x = verify.make_inputs(gelu_model(), seed=7, overrides={"batch": 4})["x"].astype(np.float64)
     wrong64 = 0.5 * x * (1 + erf(x / 2))
     want = np.abs(gelu64(x) - wrong64).max()
     assert row.mismatched > 0 and math.isclose(row.max_abs, want, rel_tol=1e-4)
@@ -290,21 +290,21 @@ def test_check_bfloat16_outputs(tmp_path):
     o = save(gelu_model("erf", T.BFLOAT16), tmp_path / "o.onnx")
     f = save(gelu_model("gelu20", T.BFLOAT16), tmp_path / "f.onnx")
     w = save(gelu_model("wrong", T.BFLOAT16), tmp_path / "w.onnx")
-    rep = parity.check(o, f, dims={"batch": 64}, use_library=False)
+    rep = verify.check(o, f, dims={"batch": 64}, use_library=False)
     assert rep.ok and rep.outputs[0].dtype == "bfloat16"
     assert rep.outputs[0].max_ulp <= 1  # both compute in fp32 and round once
     # Outputs really are the GELU of the inputs (float64 reference, one bf16 rounding).
-    feeds = parity.make_inputs(gelu_model(dtype=T.BFLOAT16), overrides={"batch": 64})
-    y = parity.run(o, feeds, use_library=False)["y"]
+    feeds = verify.make_inputs(gelu_model(dtype=T.BFLOAT16), overrides={"batch": 64})
+    y = verify.run(o, feeds, use_library=False)["y"]
     ref = gelu64(feeds["x"].astype(np.float64)).astype(np.float32).astype(BF16)
-    assert parity.ulp_distance(y, ref).max() <= 1
-    assert not parity.check(o, w, dims={"batch": 64}, use_library=False).ok
+    assert verify.ulp_distance(y, ref).max() <= 1
+    assert not verify.check(o, w, dims={"batch": 64}, use_library=False).ok
 
 
 def test_check_float16(tmp_path):
     o = save(gelu_model("erf", T.FLOAT16), tmp_path / "o.onnx")
     f = save(gelu_model("gelu20", T.FLOAT16), tmp_path / "f.onnx")
-    rep = parity.check(o, f, use_library=False)
+    rep = verify.check(o, f, use_library=False)
     assert rep.ok and rep.outputs[0].dtype == "float16"
 
 
@@ -312,7 +312,7 @@ def test_check_npz_inputs_are_used(tmp_path):
     o, f = save(gelu_model("erf"), tmp_path / "o.onnx"), save(gelu_model("gelu20"), tmp_path / "f.onnx")
     p = tmp_path / "in.npz"
     np.savez(p, x=np.full((3, 8), 2.0, np.float32))
-    rep = parity.check(o, f, inputs=str(p), use_library=False)
+    rep = verify.check(o, f, inputs=str(p), use_library=False)
     assert rep.ok and rep.seed is None and rep.inputs[0]["shape"] == [3, 8] and rep.inputs[0]["source"].startswith("npz:")
 
 
@@ -320,11 +320,11 @@ def test_check_ir14_follows_the_installed_runtime(tmp_path):
     o = save(gelu_model("erf"), tmp_path / "o.onnx")
     f = save(gelu_model("gelu20", ir=14), tmp_path / "f.onnx")
     if ortinfo.max_ir_version() >= 14:
-        assert parity.check(o, f, use_library=False).ok
+        assert verify.check(o, f, use_library=False).ok
     else:
         with pytest.raises(UnsupportedError, match=f"IR version 14; the installed onnxruntime .* loads IR <= "
                                                    f"{ortinfo.max_ir_version()}"):
-            parity.check(o, f, use_library=False)
+            verify.check(o, f, use_library=False)
 
 
 def test_max_ir_version_is_what_the_runtime_says():
@@ -348,10 +348,10 @@ def test_check_fused_interface_change_fails(tmp_path):
     f = gelu_model("gelu20")
     f.graph.output[0].name = "y2"
     f.graph.node[-1].output[0] = "y2"
-    rep = parity.check(o, f, use_library=False)
+    rep = verify.check(o, f, use_library=False)
     assert not rep.ok
     assert {r.name: r.passed for r in rep.outputs} == {"y": False, "y2": False}
 
 
 def test_json_safe_non_finite():
-    assert parity.json_safe({"a": [float("inf"), float("nan"), 1.0]}) == {"a": ["inf", "nan", 1.0]}
+    assert verify.json_safe({"a": [float("inf"), float("nan"), 1.0]}) == {"a": ["inf", "nan", 1.0]}

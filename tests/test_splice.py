@@ -1,7 +1,7 @@
 """gelu_onnx.splice: fusing a single-file model without re-serialising its weights.
 
-The reference for every output is the plain path (io.load_model -> fuse ->
-onnx.checker -> io.save_model) on the same file: the splice path must write
+The reference for every output is the plain path (onnxio.load_model -> fuse ->
+onnx.checker -> onnxio.save_model) on the same file: the splice path must write
 the same model, byte for byte where the input was written canonically.
 Thresholds are lowered so that small models exercise the splice path.
 """
@@ -16,7 +16,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gelu_onnx import cli, io, splice
+from gelu_onnx import cli, onnxio
+from gelu_onnx.onnxio import splice
 from gelu_onnx.errors import GeluOnnxError, InputError
 from gelu_onnx.graph import tensor_value
 
@@ -298,7 +299,7 @@ def test_damaged_files_raise_input_error_or_go_plain(tmp_path):
         with skel:
             outcomes["skeleton"] += 1
             # whatever splice accepts, the plain loader accepts too
-            io.load_model(path)
+            onnxio.load_model(path)
     assert outcomes["error"] > 100 and outcomes["skeleton"] > 0
 
 

@@ -18,7 +18,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from gelu_onnx import io
+from gelu_onnx import onnxio
 
 REPO = Path(__file__).resolve().parents[1]
 H = 64
@@ -117,7 +117,7 @@ def test_rollback_restores_what_a_write_replaced(tmp_path):
     out.parent.mkdir()
     assert gelu("fuse", src, "-o", out).returncode == 0
     before = snapshot(tmp_path / "out")
-    loaded = io.load_model(str(src))
+    loaded = onnxio.load_model(str(src))
     m = loaded.model
     m.graph.node[-1].name = "changed"
     saved = loaded.save(m, str(out), keep_backups=True)

@@ -19,7 +19,7 @@ from typing import IO, Callable
 import numpy as np
 import numpy.lib.format as npformat
 
-from .errors import InputError
+from ..errors import InputError
 
 # A compressed .npz member may inflate to at most this many times its stored
 # size once it is larger than BOMB_FLOOR_BYTES. Real feeds compress far less

@@ -13,7 +13,7 @@ Polygraphy 0.49-0.53):
 An array is {"array": base64 of the bytes ``np.save(allow_pickle=False)``
 writes, "polygraphy_class": "ndarray"} (files from old Polygraphy versions:
 the key "__polygraphy_encoded_ndarray", or latin-1 text instead of base64).
-Those bytes are decoded by gelu_onnx.arrayfiles: the header is checked against
+Those bytes are decoded by gelu_onnx.verify.arrayfiles: the header is checked against
 the model before the array is built, and pickle stays off unless asked for.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from . import arrayfiles
-from .errors import InputError
+from ..errors import InputError
 
 TYPE_KEY = "polygraphy_class"
 _LEGACY_PREFIX = "__polygraphy_encoded_"

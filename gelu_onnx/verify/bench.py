@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import parity
-from .errors import InputError
+from . import comparator as cmp
+from . import feedfiles, runners
+from .inputs import describe_inputs, make_inputs
+from ..errors import InputError
 
 BENCH_DIM_DEFAULT = 32
 DEFAULT_OPT_LEVELS = ("basic", "all")
@@ -58,7 +60,7 @@ class BenchReport:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return parity.json_safe(asdict(self))
+        return cmp.json_safe(asdict(self))
 
 
 def cpu_model() -> str:
@@ -89,7 +91,7 @@ def machine_info(threads: int) -> dict:
 def versions() -> dict:
     import onnxruntime as ort
 
-    from . import __version__
+    from .. import __version__
 
     return {
         "gelu_onnx": __version__,
@@ -110,7 +112,7 @@ def runs_per_level(warmup: int, repeats: int) -> int:
     return 2 * (1 + warmup + (repeats + BLOCK - 1) // BLOCK + repeats)
 
 
-def _time_pair(a: parity.OrtRunner, b: parity.OrtRunner, feeds_a, feeds_b, warmup: int, repeats: int,
+def _time_pair(a: runners.OrtRunner, b: runners.OrtRunner, feeds_a, feeds_b, warmup: int, repeats: int,
                tick=lambda n=1: None):
     """``repeats`` timed runs of each session, in interleaved blocks: per round
     each session does one untimed run and then up to BLOCK timed ones, and the
@@ -167,46 +169,46 @@ def bench(
     if provider not in ("cpu", "cuda"):
         raise InputError(f"bench runs ONNX Runtime sessions: provider must be cpu or cuda, got '{provider}'")
     for lvl in opt_levels:
-        if lvl not in parity.OPT_LEVELS:
-            raise InputError(f"unknown optimization level '{lvl}' (choose from {', '.join(parity.OPT_LEVELS)})")
-    lo = parity.load(original)
+        if lvl not in runners.OPT_LEVELS:
+            raise InputError(f"unknown optimization level '{lvl}' (choose from {', '.join(runners.OPT_LEVELS)})")
+    lo = runners.load(original)
     po = lo.model
     notes, nfus = [], None
     if fused is None:
-        from . import fuse_with_report
+        from .. import fuse_with_report
 
         res = fuse_with_report(po, target=target)
         # keeps the original's external-data references: resolve them in its folder
-        fused_arg, nfus = parity.load(res.model, base_dir=lo.base_dir), len(res.fusions)
+        fused_arg, nfus = runners.load(res.model, base_dir=lo.base_dir), len(res.fusions)
         notes.extend(res.notes)
         if nfus == 0:
             notes.append("no GELU was fused: both sessions run the same graph")
     else:
-        fused_arg = parity.load(fused)
+        fused_arg = runners.load(fused)
         target = None
         from .pairing import interface_differences
 
         diffs = interface_differences(po, fused_arg.model)
         if diffs:
-            raise InputError(f"{parity.model_label(original)} and {parity.model_label(fused)} are not an original and its "
+            raise InputError(f"{runners.model_label(original)} and {runners.model_label(fused)} are not an original and its "
                              f"fused model: {'; '.join(diffs)}")
     if inputs is None:
-        feeds, src = parity.make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
+        feeds, src = make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
     else:
-        feeds, src = parity.load_npz(inputs, po, allow_pickle), \
+        feeds, src = feedfiles.load_npz(inputs, po, allow_pickle), \
             f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
-    use = parity.resolve_library(use_library)
+    use = runners.resolve_library(use_library)
     from .parity_check import library_warnings
 
     warnings = library_warnings(fused_arg.model, use, use_library, [provider])
     tick = progress or (lambda n=1: None)
     results = []
     for lvl in opt_levels:
-        ro = parity.OrtRunner(lo, provider, use, lvl, threads, label="original")
-        rf = parity.OrtRunner(fused_arg, provider, use, lvl, threads, label="fused")
+        ro = runners.OrtRunner(lo, provider, use, lvl, threads, label="original")
+        rf = runners.OrtRunner(fused_arg, provider, use, lvl, threads, label="fused")
         fo = {k: v for k, v in feeds.items() if k in ro.input_names}
         ff = {k: v for k, v in feeds.items() if k in rf.input_names}
-        rows = parity.compare(ro.run(fo), rf.run(ff))
+        rows = cmp.compare(ro.run(fo), rf.run(ff))
         tick(2)
         ta, tb = _time_pair(ro, rf, fo, ff, warmup, repeats, tick)
         mo, mf = statistics.median(ta), statistics.median(tb)
@@ -214,8 +216,8 @@ def bench(
                               all(r.passed for r in rows), repeats))
         del ro, rf
     return BenchReport(
-        original=parity.model_label(original),
-        fused=parity.model_label(fused) if fused is not None else f"<fused in memory, target {target}>",
+        original=runners.model_label(original),
+        fused=runners.model_label(fused) if fused is not None else f"<fused in memory, target {target}>",
         target=target,
         fusions=nfus,
         provider=provider,
@@ -223,7 +225,7 @@ def bench(
         threads=threads,
         warmup=warmup,
         repeats=repeats,
-        inputs=parity.describe_inputs(feeds, src),
+        inputs=describe_inputs(feeds, src),
         results=results,
         machine=machine_info(threads),
         versions=versions(),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
-from . import contract
+from .. import contract
 
 
 @dataclass
@@ -67,9 +67,9 @@ def _with_outputs(m: onnx.ModelProto, outputs: list[tuple[str, int]]) -> onnx.Mo
 def expose(original, fused) -> Exposed:
     """Both models with every main-graph GELU tensor of the original as an output.
 
-    ``original`` / ``fused``: io.LoadedModel (their external data stay where
+    ``original`` / ``fused``: onnxio.LoadedModel (their external data stay where
     they are: the copies keep the references)."""
-    from . import inspect as _inspect
+    from .. import inspect as _inspect
 
     rep = _inspect(original)
     records = [f.as_dict() if hasattr(f, "as_dict") else dict(vars(f)) for f in rep.fusions]

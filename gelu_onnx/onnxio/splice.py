@@ -8,7 +8,7 @@ touching only field headers, and builds a *skeleton*: the same model in which
 every large initializer is a valid external-data reference to its own payload
 bytes inside the input file (location = the file's name, offset/length = the
 raw_data bytes). The skeleton is a few hundred KB; it is validated by
-``gelu_onnx.io`` like any loaded model (which also checks every reference lies
+``onnxio.validate`` like any loaded model (which also checks every reference lies
 inside the file) and fused with the normal API. ``Skeleton.save`` then writes
 the fused skeleton with each placeholder entry replaced by the original
 initializer entry, copied byte for byte from the input file in the kernel
@@ -34,7 +34,6 @@ GELU_ONNX_SPLICE=0 in the environment turns the splice path off.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import stat
@@ -43,12 +42,16 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto
 
-from . import io
-from .errors import GeluOnnxError, InputError, UnsupportedError
+from ..errors import GeluOnnxError, InputError, UnsupportedError
+from .load import LoadedModel
+from .save import SavedModel, check_output_path, copy_range, tmp_in, write_all
+from .tensors import MAX_PROTO_BYTES, MMAP_MIN_BYTES, tensor_nbytes
+from .validate import validate_model
+from .walk import iter_tensors
 
 # Below this file size a plain parse + serialize costs well under a second
 # (and io reads such files rather than mapping them).
-MIN_FILE_BYTES = io.MMAP_MIN_BYTES
+MIN_FILE_BYTES = MMAP_MIN_BYTES
 # raw_data payloads at least this large stay in the file. Must stay far above
 # the largest tensor graph.tensor_value materialises (4096 elements): a
 # stripped tensor is never read as a constant (tests/test_splice.py checks).
@@ -181,7 +184,7 @@ class _Stripped:
 class Skeleton:
     """A loaded, validated model whose large weights stay in the input file."""
 
-    loaded: io.LoadedModel
+    loaded: LoadedModel
     path: str  # real path of the input file
     size: int
     stripped: dict[bytes, _Stripped] = field(default_factory=dict)  # by placeholder entry
@@ -218,21 +221,21 @@ class Skeleton:
             os.fchdir(back)
             os.close(back)
 
-    def save(self, model: ModelProto, out_path, *, overwrite_input: bool = False) -> io.SavedModel:
+    def save(self, model: ModelProto, out_path, *, overwrite_input: bool = False) -> SavedModel:
         """Write ``model`` (the fused skeleton) with every placeholder replaced by
         the input's original initializer bytes; temp file + rename."""
-        shown, out, out_dir = io.check_output_path(out_path, self.path, overwrite_input)
+        shown, out, out_dir = check_output_path(out_path, self.path, overwrite_input)
         pieces, total = self._pieces(model)
-        if total > io.MAX_PROTO_BYTES:
+        if total > MAX_PROTO_BYTES:
             raise UnsupportedError(f"{shown}: the fused model would be over 2 GB in one file")
-        fd, tmp = io._tmp_in(os.path.realpath(out_dir), os.path.basename(out))
+        fd, tmp = tmp_in(os.path.realpath(out_dir), os.path.basename(out))
         try:
             try:
                 for p in pieces:
                     if isinstance(p, tuple):
                         self._copy(fd, *p)
                     else:
-                        _write_all(fd, p)
+                        write_all(fd, p)
             finally:
                 os.close(fd)
             os.replace(tmp, out)
@@ -242,12 +245,12 @@ class Skeleton:
         except BaseException:
             _unlink(tmp)
             raise
-        return io.SavedModel(out)
+        return SavedModel(out)
 
     # -- output assembly --------------------------------------------------------
     def _pieces(self, model: ModelProto) -> tuple[list, int]:
         """The output as bytes and (offset, length) ranges of the input file."""
-        external = sum(1 for t in io.iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
+        external = sum(1 for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
         buf = model.SerializeToString()  # small: the weights are placeholders
         try:
             src = _Src(buf)
@@ -282,33 +285,7 @@ class Skeleton:
 
     def _copy(self, dst: int, offset: int, length: int) -> None:
         """Copy input bytes [offset, offset+length) to dst's position, in the kernel."""
-        end = offset + length
-        try:
-            while offset < end:
-                n = os.copy_file_range(self._fd, dst, end - offset, offset)
-                if n == 0:
-                    raise InputError(f"{self.path}: the input file shrank while it was being fused")
-                offset += n
-        except (AttributeError, OSError) as e:
-            if isinstance(e, OSError) and e.errno not in _NO_COPY_RANGE:
-                raise
-            while offset < end:  # no copy_file_range here: chunked pread/write
-                chunk = os.pread(self._fd, min(end - offset, 1 << 24), offset)
-                if not chunk:
-                    raise InputError(f"{self.path}: the input file shrank while it was being fused") from None
-                _write_all(dst, chunk)
-                offset += len(chunk)
-
-
-# copy_file_range refusals that mean "not here" (old kernels, some filesystems)
-_NO_COPY_RANGE = {getattr(errno, n) for n in ("EXDEV", "ENOSYS", "EOPNOTSUPP", "EINVAL", "EPERM") if hasattr(errno, n)}
-
-
-def _write_all(fd: int, data) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+        copy_range(self._fd, dst, offset, length, self.path)
 
 
 def _unlink(path: str) -> None:
@@ -332,7 +309,7 @@ def wanted(path, min_bytes: int | None = None) -> bool:
 def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | None:
     """Read and validate the model at ``path`` without its large weights.
 
-    None when the file cannot be handled this way (then use io.load_model);
+    None when the file cannot be handled this way (then use load.load_model);
     InputError / UnsafeModelError (the io messages) when it is damaged or unsafe.
     """
     shown = os.fspath(path)
@@ -346,7 +323,7 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
         return None  # the plain path words the error
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size > io.MAX_PROTO_BYTES - _MARGIN:
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size > MAX_PROTO_BYTES - _MARGIN:
             raise _Unsupported("not a regular file of a size we splice")
         skel_bytes, stripped = _scan(_Src(fd=fd, size=st.st_size), os.path.basename(real), strip_min)
         model = ModelProto()
@@ -356,8 +333,8 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
             raise _Malformed("protobuf parse failed") from None
         # the io checks, on the skeleton: every placeholder is verified to lie
         # inside this very file
-        files = io.validate_model(model, base_dir=os.path.dirname(real), where=shown)
-        placeholders = sum(1 for t in io.iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
+        files = validate_model(model, base_dir=os.path.dirname(real), where=shown)
+        placeholders = sum(1 for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
         if placeholders != len(stripped) or files not in ((), (real,)):
             raise _Unsupported("the model has external data of its own")
     except _Unsupported:
@@ -370,7 +347,7 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
     except BaseException:
         os.close(fd)
         raise
-    loaded = io.LoadedModel(model, real, os.path.dirname(real), (real,) if stripped else (), st.st_size)
+    loaded = LoadedModel(model, real, os.path.dirname(real), (real,) if stripped else (), st.st_size)
     return Skeleton(loaded, real, st.st_size, {s.entry: s for s in stripped}, fd)
 
 
@@ -421,7 +398,7 @@ def _placeholder(src: _Src, fs: int, vs: int, fe: int, location: str, strip_min:
         raise _Malformed("bad initializer") from None
     if (t.data_location != TensorProto.DEFAULT or len(t.external_data) or t.HasField("segment")
             or any(len(getattr(t, f)) for f in _OTHER_DATA) or isinstance(t.name, bytes)
-            or io.tensor_nbytes(t) != raw[1] - raw[0]):
+            or tensor_nbytes(t) != raw[1] - raw[0]):
         return None  # not plain payload: protobuf / io / the checker judge it as usual
     t.data_location = TensorProto.EXTERNAL
     for k, v in (("location", location), ("offset", str(raw[0])), ("length", str(raw[1] - raw[0]))):

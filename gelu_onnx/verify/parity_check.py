@@ -2,10 +2,10 @@
 
 One reference per iteration (the original run on the reference provider, or
 the golden outputs of a Polygraphy RunResults file), compared with the fused
-model run on each provider. Per output: the max errors of ``parity.compare``
+model run on each provider. Per output: the max errors of ``cmp.compare``
 plus mean / median / p99 of |original - fused|, over all iterations; a
 tolerance per dtype, overridden per output name. With ``localize`` every
-GELU tensor of the original's main graph is compared too (gelu_onnx.localize).
+GELU tensor of the original's main graph is compared too (gelu_onnx.verify.localize).
 """
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import errstats, feedfiles, localize, pairing, parity
-from .errors import InputError, UnsupportedError
+from . import comparator as cmp
+from . import errstats, feedfiles, localize, pairing, runners
+from .inputs import DIM_DEFAULT, describe_inputs, dtype_str, input_specs, make_inputs
+from ..errors import InputError, UnsupportedError
 
 
 @dataclass
-class OutputStats(parity.OutputParity):
+class OutputStats(cmp.OutputParity):
     """A parity row with the distribution of the absolute error."""
 
     mean_abs: float | None = None
@@ -62,7 +64,7 @@ class CheckReport:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return parity.json_safe(asdict(self))
+        return cmp.json_safe(asdict(self))
 
 
 def provider_problem(provider: str) -> str | None:
@@ -71,7 +73,7 @@ def provider_problem(provider: str) -> str | None:
         return None
     if provider == "cuda":
         try:
-            parity.ort_providers("cuda")
+            runners.ort_providers("cuda")
         except UnsupportedError as e:
             return e.message
         return None
@@ -79,13 +81,13 @@ def provider_problem(provider: str) -> str | None:
         if importlib.util.find_spec("tensorrt") is None:
             return "--provider tensorrt needs TensorRT's Python package (tensorrt), which is not installed"
         return None
-    return f"unknown provider '{provider}' (choose from {', '.join(parity.PROVIDERS)})"
+    return f"unknown provider '{provider}' (choose from {', '.join(runners.PROVIDERS)})"
 
 
 def _diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
     """|ref - got| where both are finite (empty for exact dtypes or a shape mismatch)."""
     ref, got = np.asarray(ref), np.asarray(got)
-    if ref.shape != got.shape or parity.tolerance_for(parity.dtype_str(ref)) is None:
+    if ref.shape != got.shape or cmp.tolerance_for(dtype_str(ref)) is None:
         return np.empty(0)
     a, b = ref.astype(np.float64), got.astype(np.float64)
     fin = np.isfinite(a) & np.isfinite(b)
@@ -93,14 +95,14 @@ def _diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
 
 
 def compare(ref_out: Mapping, got_out: Mapping, tolerances=None, output_tolerances=None) -> list[OutputStats]:
-    """parity.compare's rows with error statistics and per-name tolerances."""
+    """cmp.compare's rows with error statistics and per-name tolerances."""
     rows = []
-    for row in parity.compare(ref_out, got_out, tolerances):
+    for row in cmp.compare(ref_out, got_out, tolerances):
         over = (output_tolerances or {}).get(row.name)
         if over and row.name in ref_out and row.name in got_out:
             merged = {dt: dict(v) for dt, v in (tolerances or {}).items()}
             merged.setdefault(row.dtype, {}).update(over)
-            row = parity.compare_one(row.name, ref_out[row.name], got_out[row.name], merged)
+            row = cmp.compare_one(row.name, ref_out[row.name], got_out[row.name], merged)
         s = OutputStats(**asdict(row))
         if row.name in ref_out and row.name in got_out:
             errstats.keep(s, _diff(ref_out[row.name], got_out[row.name]))
@@ -113,17 +115,14 @@ class _Model:
 
     def __init__(self, loaded, label: str, use_library: bool, opt_level: str):
         self.loaded, self.label, self.use, self.opt = loaded, label, use_library, opt_level
-        self._ort: dict[str, parity.OrtRunner] = {}
+        self._runners: dict[str, runners.OrtRunner | runners.TensorRTRunner] = {}
 
     def run(self, provider: str, feeds: Mapping[str, np.ndarray]) -> tuple[dict, float]:
         t0 = time.perf_counter()
-        if provider == "tensorrt":
-            out = parity.run(self.loaded, feeds, "tensorrt", label=self.label)
-        else:
-            r = self._ort.get(provider)
-            if r is None:
-                r = self._ort[provider] = parity.OrtRunner(self.loaded, provider, self.use, self.opt, label=self.label)
-            out = r.run({k: v for k, v in feeds.items() if k in r.input_names})
+        r = self._runners.get(provider)
+        if r is None:
+            r = self._runners[provider] = runners.runner(self.loaded, provider, self.use, self.opt, label=self.label)
+        out = r.run({k: v for k, v in feeds.items() if k in r.input_names})
         return out, time.perf_counter() - t0
 
 
@@ -132,7 +131,7 @@ def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default
     model = original.model if original is not None else fused_model
     if inputs is None:
         n = iterations or 1
-        return [parity.make_inputs(model, seed=seed + i, overrides=dims, dim_default=dim_default, scale=scale)
+        return [make_inputs(model, seed=seed + i, overrides=dims, dim_default=dim_default, scale=scale)
                 for i in range(n)], "random", seed
     if isinstance(inputs, Mapping):
         its, source = [dict(inputs)], "given"
@@ -150,7 +149,7 @@ def _check_save_paths(saves: Mapping[str, Any], models, files) -> None:
     """Before anything runs: a save path is never a file this check reads (the
     models, their data files, the inputs / golden files), nor a device or
     FIFO, nor the other save path."""
-    from .io import check_output_path
+    from ..onnxio import check_output_path
 
     read = [m.path for m in models if m.path] + [f for m in models for f in m.external_files] + list(files)
     taken: dict[str, str] = {}
@@ -170,9 +169,9 @@ def _check_save_paths(saves: Mapping[str, Any], models, files) -> None:
 
 
 def check(original, fused, *, seed: int = 0, iterations: int | None = None, inputs=None,
-          dims: Mapping[str, int] | None = None, dim_default: int = parity.DIM_DEFAULT, scale: float = 1.0,
+          dims: Mapping[str, int] | None = None, dim_default: int = DIM_DEFAULT, scale: float = 1.0,
           tolerances=None, output_tolerances: Mapping[str, Mapping[str, float]] | None = None,
-          providers: Sequence[str] = ("cpu",), reference_provider: str | None = None,
+          providers: Sequence[str] = ("cpu",), provider: str | None = None, reference_provider: str | None = None,
           use_library: bool | None = None, opt_level: str = "all", save_inputs=None, save_outputs=None,
           reference_outputs=None, localize_gelus: bool = False, allow_pickle: bool = False) -> CheckReport:
     """Run the reference and the fused model on the same inputs; compare every output.
@@ -182,8 +181,9 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     be the inputs those outputs were made from). ``providers``: where the
     fused model runs, each compared with the reference; the original runs on
     ``reference_provider`` (default: the first provider). ``localize_gelus``:
-    also compare every GELU tensor of the original's main graph."""
-    providers = list(dict.fromkeys(providers)) or ["cpu"]
+    also compare every GELU tensor of the original's main graph. ``provider``:
+    one provider, instead of ``providers``."""
+    providers = list(dict.fromkeys([provider] if provider is not None else providers)) or ["cpu"]
     reference_provider = reference_provider or providers[0]
     if original is None and reference_outputs is None:
         raise InputError("give ORIGINAL.onnx, or golden outputs with --reference-outputs")
@@ -199,8 +199,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
             raise InputError(m)
     if bad:
         raise UnsupportedError("; ".join(dict.fromkeys(bad)))
-    lo = parity.load(original) if original is not None else None
-    lf = parity.load(fused)
+    lo = runners.load(original) if original is not None else None
+    lf = runners.load(fused)
     _check_save_paths({"--save-inputs": save_inputs, "--save-outputs": save_outputs},
                       [m for m in (lo, lf) if m is not None], [x for x in (inputs, reference_outputs)
                                                                if isinstance(x, (str, os.PathLike))])
@@ -212,16 +212,16 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     gone = pairing.custom_ops_gone(lf.model)
     if gone:
         warnings.append(gone)
-    need_f = {s.name for s in parity.input_specs(lf.model)}
+    need_f = {s.name for s in input_specs(lf.model)}
     missing = sorted(need_f - set(feeds_its[0]))
     if missing:
         had = "the original does not have" if lo is not None else "the inputs file does not hold"
         raise InputError(f"the fused model needs input(s) {had}: {', '.join(missing)}")
     if lo is not None:
-        dropped = {s.name for s in parity.input_specs(lo.model)} - need_f
+        dropped = {s.name for s in input_specs(lo.model)} - need_f
         if dropped:
             problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
-    use = parity.resolve_library(use_library)
+    use = runners.resolve_library(use_library)
     warnings += library_warnings(lf.model, use, use_library, providers)
     if "tensorrt" in providers + [reference_provider]:
         notes.append("TensorRT runs the model through gelu_onnx.tensorrt (the library flag does not apply there)")
@@ -230,8 +230,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     if localize_gelus:
         ex = localize.expose(lo, lf)
         sites, notes = ex.sites, notes + ex.notes
-        o_model = parity.load(ex.original, base_dir=lo.base_dir)
-        f_model = parity.load(ex.fused, base_dir=lf.base_dir)
+        o_model = runners.load(ex.original, base_dir=lo.base_dir)
+        f_model = runners.load(ex.fused, base_dir=lf.base_dir)
     model_outputs = [o.name for o in (lo or lf).model.graph.output]
 
     # the reference, per iteration
@@ -296,10 +296,10 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         feedfiles.save_outputs([(n, o) for n, o, _ in docs], save_outputs, {n: t for n, _, t in docs})
     return CheckReport(
         ok=all(r.ok for r in runs), outputs=runs[0].outputs,
-        inputs=parity.describe_inputs(feeds_its[0], source), provider=providers[0],
+        inputs=describe_inputs(feeds_its[0], source), provider=providers[0],
         reference_provider=None if reference_outputs is not None else reference_provider, library=use,
-        opt_level=opt_level, seed=seed, original=None if original is None else parity.model_label(original),
-        fused=parity.model_label(fused), iterations=len(feeds_its), providers=providers, runs=runs,
+        opt_level=opt_level, seed=seed, original=None if original is None else runners.model_label(original),
+        fused=runners.model_label(fused), iterations=len(feeds_its), providers=providers, runs=runs,
         reference=f"golden:{reference_outputs} ({golden_runner})" if reference_outputs is not None else "original",
         fusions=runs[0].fusions, first_failure=runs[0].first_failure,
         problems=problems, notes=notes, warnings=warnings)
@@ -308,8 +308,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
 def library_warnings(fused, use: bool, asked, providers) -> list[str]:
     """What the user must know when our kernels will not run: a check that
     passes then proves the model-local functions, not the kernels."""
-    from . import contract
-    from .rewrite import walk_graphs
+    from .. import contract
+    from ..onnxio.walk import walk_graphs
 
     if not any(n.domain == contract.DOMAIN for g in walk_graphs(fused.graph) for n in g.node):
         return []
@@ -318,7 +318,7 @@ def library_warnings(fused, use: bool, asked, providers) -> list[str]:
         out.append("the gelu-onnx custom-op library is not available: ONNX Runtime runs the fused ops' "
                    "model-local functions, not our kernels (see `gelu-onnx info`)")
     if use and "cuda" in providers:
-        from .buildinfo import build_info
+        from ..buildinfo import build_info
 
         if build_info()["build"].get("cuda_kernels") is False:
             out.append("this build has no CUDA kernels: our ops run on the CPU inside the CUDA session "

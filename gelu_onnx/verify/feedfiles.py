@@ -4,7 +4,7 @@
 (JSON, one or more iterations); ``--reference-outputs`` takes Polygraphy's
 RunResults JSON. Every array's declared dtype and shape is checked against the
 model's declared inputs (outputs) before the array is built (see
-gelu_onnx.arrayfiles for the size and pickle rules). The files are only read.
+gelu_onnx.verify.arrayfiles for the size and pickle rules). The files are only read.
 """
 from __future__ import annotations
 
@@ -15,14 +15,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from . import arrayfiles, polyjson
-from .errors import InputError
-
-
-def _parity():
-    from . import parity  # the model's input specs and dtype names live there
-
-    return parity
+from . import arrayfiles, inputs, polyjson
+from ..errors import InputError
 
 
 class _Expect:
@@ -51,10 +45,9 @@ class _Expect:
         if spec is None:
             return
         et, dims = spec
-        p = _parity()
         if not _dtype_ok(et, dtype):
             shown = "bfloat16" if dtype == _bf16() else ("string" if dtype.kind in "OUS" else str(dtype))
-            raise InputError(f"{self.what}: '{name}' is {shown}, the model declares {p.dtype_name(et)}")
+            raise InputError(f"{self.what}: '{name}' is {shown}, the model declares {inputs.dtype_name(et)}")
         if dims is None:
             return
         if len(shape) != len(dims):
@@ -70,7 +63,7 @@ class _Expect:
 
 
 def _bf16() -> np.dtype:
-    from . import contract
+    from .. import contract
 
     return contract.np_dtype(TensorProto.BFLOAT16)
 
@@ -81,7 +74,7 @@ def _dtype_ok(et: int, dtype: np.dtype) -> bool:
     if et == TensorProto.BFLOAT16 and dtype in (np.dtype("V2"), np.dtype(np.uint16), _bf16()):
         return True
     try:
-        return dtype == _parity().np_dtype_of(et)
+        return dtype == inputs.np_dtype_of(et)
     except InputError:
         raise
     except Exception:
@@ -120,8 +113,7 @@ def load_inputs(path, model: onnx.ModelProto, *, allow_pickle: bool = False,
     uint16 bit patterns."""
     what = what or f"--inputs {path}"
     _need_file(path, what)
-    p = _parity()
-    specs = {s.name: (s.elem_type, s.dims) for s in p.input_specs(model)}
+    specs = {s.name: (s.elem_type, s.dims) for s in inputs.input_specs(model)}
     known = {vi.name for vi in model.graph.input}
     types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input if vi.type.HasField("tensor_type")}
 
@@ -137,6 +129,13 @@ def load_inputs(path, model: onnx.ModelProto, *, allow_pickle: bool = False,
     ex = new_expect()
     arrays = arrayfiles.read_npz(path, what, ex, allow_pickle, on_names=ex.names)
     return [{k: _finish(v, types.get(k)) for k, v in arrays.items()}]
+
+
+def load_npz(path, model: onnx.ModelProto, allow_pickle: bool = False) -> dict[str, np.ndarray]:
+    """Feeds from a user's .npz (or Polygraphy JSON: its first iteration),
+    validated against the model's declared inputs before any array is
+    inflated (see load_inputs)."""
+    return load_inputs(path, model, allow_pickle=allow_pickle)[0]
 
 
 def _is_npy(path) -> bool:

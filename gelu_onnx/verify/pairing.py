@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import onnx
 
-from . import contract
+from .. import contract
 
 
 def _required_inputs(m: onnx.ModelProto) -> dict[str, int]:
@@ -53,7 +53,7 @@ def _dt(et: int) -> str:
 
 
 def _our_nodes(m: onnx.ModelProto) -> int:
-    from .io import iter_graphs
+    from ..onnxio import iter_graphs
 
     n = sum(1 for _, g in iter_graphs(m) for node in g.node if node.domain == contract.DOMAIN)
     return n + sum(1 for f in m.functions for node in f.node if node.domain == contract.DOMAIN)

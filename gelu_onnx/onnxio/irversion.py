@@ -1,0 +1,88 @@
+"""The IR version a model needs: write the lowest, so older runtimes load it
+(onnx >= 1.23 stamps IR 14 on everything)."""
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto
+
+from .tensors import ELEM_MIN_IR, MAX_PROTO_BYTES, embedded_bytes
+from .walk import iter_graphs, iter_tensors
+
+
+def _type_min_ir(tp, acc: list):
+    which = tp.WhichOneof("value")
+    if which is None:
+        return
+    if which == "opaque_type":
+        acc.append(14)  # opaque types outside ONNX-ML builds: IR 14
+        return
+    inner = getattr(tp, which)
+    if which in ("tensor_type", "sparse_tensor_type"):
+        acc.append(ELEM_MIN_IR.get(inner.elem_type, 0))
+    elif which in ("sequence_type", "optional_type"):
+        _type_min_ir(inner.elem_type, acc)
+    elif which == "map_type":
+        _type_min_ir(inner.value_type, acc)
+
+
+def required_ir_version(model: onnx.ModelProto) -> int | None:
+    """Lowest IR version the model's opsets and element types allow (>= 3),
+    None when an opset is unknown to this onnx.  Covers the features added in
+    IR 9..14 (new element types, opaque types, multi-device configs)."""
+    try:
+        need = [onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)]
+        for f in model.functions:
+            need.append(onnx.helper.find_min_ir_version_for(list(f.opset_import),
+                                                            ignore_unknown=True))
+    except ValueError:
+        return None
+    for t in iter_tensors(model):
+        need.append(ELEM_MIN_IR.get(t.data_type, 0))
+    for _, g in iter_graphs(model):
+        for vi in (*g.input, *g.output, *g.value_info):
+            _type_min_ir(vi.type, need)
+        for n in g.node:
+            for a in n.attribute:
+                for tp in (*([a.tp] if a.HasField("tp") else []), *a.type_protos):
+                    _type_min_ir(tp, need)
+            if len(getattr(n, "device_configurations", ())):
+                need.append(11)
+    for f in model.functions:
+        for vi in getattr(f, "value_info", ()):
+            _type_min_ir(vi.type, need)
+    if len(getattr(model, "configuration", ())):
+        need.append(11)
+    return max(3, *need)
+
+
+# required_ir_version checks every feature added from IR 11 on (IR 10's
+# function overloads and metadata are not checked), so models are never
+# lowered below it.
+IR_FLOOR = 11
+
+
+def checkable_in_memory(model: onnx.ModelProto) -> bool:
+    """Whether onnx.checker can take the model object itself: no external
+    data (the checker resolves it relative to a file) and room under
+    protobuf's 2 GB (not ByteSize(): upb serializes the whole model for it).
+    Otherwise it is checked as a file, after writing."""
+    return embedded_bytes(model) < MAX_PROTO_BYTES - (64 << 20) and not any(
+        t.data_location == TensorProto.EXTERNAL for t in iter_tensors(model))
+
+
+def lowest_ir_version(model: onnx.ModelProto) -> int | None:
+    """The lowest IR version ``model`` can be written with (at least
+    ``IR_FLOOR``); None when one of its opsets is unknown to this onnx."""
+    need = required_ir_version(model)
+    return None if need is None else max(need, IR_FLOOR)
+
+
+def lower_ir_version(model: onnx.ModelProto) -> int | None:
+    """Lower model.ir_version (in place) to the lowest the model needs, so
+    older runtimes load it too (onnx >= 1.23 stamps IR 14 on what it writes);
+    returns the old version when lowered, else None.  Never raises it."""
+    low = lowest_ir_version(model)
+    if low is None or model.ir_version <= low:
+        return None
+    old, model.ir_version = model.ir_version, low
+    return old

@@ -1,0 +1,179 @@
+"""Reading ONNX files: parse the graph only (external weight payloads are
+never read) and validate it; tensor_array reads one small tensor safely."""
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+from dataclasses import dataclass
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto
+
+from ..errors import InputError, MissingFileError, UnsafeModelError
+from .save import SavedModel, save_model
+from .tensors import MAX_PROTO_BYTES, MMAP_MIN_BYTES, external_info, is_external, tensor_nbytes
+from .validate import Validator, one_line, quote, validate_model
+
+
+@dataclass
+class LoadedModel:
+    """A parsed, validated model and where it came from.
+
+    ``path`` is the absolute path of the file (None for an in-memory model);
+    ``base_dir`` the real path of the folder its external data resolve
+    against; ``external_files`` the real paths of the data files it uses (all
+    checked to be regular files inside ``base_dir``).  Weight payloads in those
+    files were not read.
+    """
+
+    model: onnx.ModelProto
+    path: str | None = None
+    base_dir: str | None = None
+    external_files: tuple[str, ...] = ()
+    file_size: int = 0
+
+    @property
+    def has_external_data(self) -> bool:
+        return bool(self.external_files)
+
+    def save(self, model: onnx.ModelProto, out_path, *,
+             overwrite_input: bool = False, keep_backups: bool = False) -> "SavedModel":
+        """``save_model`` with this model as the source (input protected)."""
+        return save_model(model, out_path, source=self,
+                          overwrite_input=overwrite_input, keep_backups=keep_backups)
+
+
+def _read(path: str, size: int) -> memoryview | bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)  # the file we opened, not the one we stat'ed before
+        if not stat.S_ISREG(st.st_mode):
+            raise IsADirectoryError("not a regular file")
+        if size < MMAP_MIN_BYTES:
+            # A mapped file truncated by another process while we parse it
+            # kills us with SIGBUS: small files (all but the skeleton path's)
+            # are read instead.
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read()
+        try:
+            # mmap avoids a second in-memory copy of the file and parses
+            # ~2x faster than read(); fall back where mmap is not possible.
+            return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+        except (OSError, ValueError):
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read()
+    finally:
+        os.close(fd)
+
+
+def load_model(path) -> LoadedModel:
+    """Read and validate an ONNX file; external weight payloads are not read.
+
+    Returns a LoadedModel; raises InputError (exit 2) / UnsafeModelError (exit
+    2) with one line naming the file on anything malformed or unsafe.
+    """
+    try:
+        shown = os.fspath(path)
+    except TypeError:
+        raise InputError(f"expected a model path, got {type(path).__name__}") from None
+    if isinstance(shown, bytes):
+        shown = os.fsdecode(shown)
+    where = one_line(shown)
+    if not shown:
+        raise InputError("empty model path")
+    if "\x00" in shown:
+        raise InputError(f"{where!r}: not a valid path")
+    try:
+        st = os.stat(shown)
+    except FileNotFoundError:
+        raise MissingFileError(f"{where}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{where}: cannot access it ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{where}: is a directory, not an ONNX file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{where}: not a regular file")
+    if st.st_size == 0:
+        raise InputError(f"{where}: empty file, not an ONNX model")
+    if st.st_size > MAX_PROTO_BYTES:
+        raise InputError(
+            f"{where}: {st.st_size / 2**30:.1f} GiB in one file; protobuf cannot hold "
+            "more than 2 GiB, so models this large must keep their weights in "
+            "external data files")
+    apath = os.path.abspath(shown)
+    try:
+        data = _read(apath, st.st_size)
+    except OSError as e:
+        raise InputError(f"{where}: cannot read it ({e.strerror or e})") from None
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError, TypeError):
+        raise InputError(f"{where}: not a valid ONNX model (protobuf parse failed: "
+                         "truncated, damaged or not ONNX)") from None
+    finally:
+        if isinstance(data, memoryview):
+            mm = data.obj
+            data.release()
+            mm.close()
+    base = os.path.realpath(os.path.dirname(apath))
+    files = validate_model(model, base_dir=base, where=where)
+    return LoadedModel(model, apath, base, files, st.st_size)
+
+
+def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
+    """Like load_model, also for an in-memory ModelProto or serialized bytes.
+
+    A ModelProto is validated as is (not copied); ``base_dir`` is the folder
+    its external-data locations are relative to (needed only if it has any).
+    """
+    if isinstance(model_or_path, onnx.ModelProto):
+        files = validate_model(model_or_path, base_dir=base_dir, where="model")
+        base = os.path.realpath(base_dir) if base_dir is not None else None
+        return LoadedModel(model_or_path, None, base, files, 0)
+    if isinstance(model_or_path, (bytes, bytearray, memoryview)):
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(model_or_path)
+        except (DecodeError, ValueError, RuntimeError, TypeError):
+            raise InputError("model bytes: not a valid ONNX model (protobuf parse failed)") from None
+        files = validate_model(model, base_dir=base_dir, where="model bytes")
+        base = os.path.realpath(base_dir) if base_dir is not None else None
+        return LoadedModel(model, None, base, files, len(model_or_path))
+    if isinstance(model_or_path, LoadedModel):
+        return model_or_path
+    if isinstance(model_or_path, (str, os.PathLike)):
+        return load_model(model_or_path)
+    raise InputError(f"expected an onnx.ModelProto or a path, got {type(model_or_path).__name__}")
+
+
+def tensor_array(t: TensorProto, base_dir=None):
+    """numpy value of a tensor; an external one is read (only its own byte
+    range) after the same checks as loading — for the few small constants a
+    caller needs, never for a whole model's weights."""
+    from onnx import numpy_helper
+
+    if not is_external(t):
+        return numpy_helper.to_array(t)
+    v = Validator(f"tensor {quote(t.name)}",
+                   os.path.realpath(base_dir) if base_dir is not None else None)
+    v.tensor(t)
+    info = external_info(t)
+    real = v.resolve(info["location"], t.name)
+    offset, nbytes = int(info.get("offset", "0")), tensor_nbytes(t)
+    fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            v.fail("external data is not a regular file", UnsafeModelError)
+        raw = os.pread(fd, nbytes, offset)
+    finally:
+        os.close(fd)
+    if len(raw) != nbytes:
+        v.fail(f"external data {quote(info['location'])} ended early")
+    local = TensorProto()
+    local.name, local.data_type = t.name, t.data_type
+    local.dims.extend(t.dims)
+    local.raw_data = raw
+    return numpy_helper.to_array(local)

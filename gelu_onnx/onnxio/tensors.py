@@ -1,0 +1,85 @@
+"""Format facts about tensors and model files: sizes, limits, external-data
+keys (one source for every constant the I/O modules share)."""
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto
+
+from .walk import iter_tensors
+
+# Files at least this large are mapped rather than read (and go the splice
+# skeleton path, onnxio/splice.py, which uses the same bound).
+MMAP_MIN_BYTES = 64 << 20
+# Protobuf cannot serialize or parse a message of 2 GiB or more.
+MAX_PROTO_BYTES = 2**31 - 1
+# Embedded tensors at least this large move to the data file when a model
+# must be written with external data (onnx.save's default threshold).
+EXTERNAL_SIZE_THRESHOLD = 1024
+# Offsets of tensors we write are aligned so runtimes can mmap them.
+EXTERNAL_ALIGN = 4096
+# The keys the ONNX spec defines for TensorProto.external_data.  Anything else
+# is refused: old onnx copied unknown keys onto its reader object (e.g.
+# "basepath"), which is how CVE-2024-27318-style escapes worked.
+EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum"})
+
+# Domains whose ops onnx knows the schemas of; ops in them must exist.
+ONNX_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
+
+# Bits per element for fixed-width types (STRING / UNDEFINED absent).
+_T = TensorProto
+ELEM_BITS = {
+    _T.FLOAT: 32, _T.UINT8: 8, _T.INT8: 8, _T.UINT16: 16, _T.INT16: 16,
+    _T.INT32: 32, _T.INT64: 64, _T.BOOL: 8, _T.FLOAT16: 16, _T.DOUBLE: 64,
+    _T.UINT32: 32, _T.UINT64: 64, _T.COMPLEX64: 64, _T.COMPLEX128: 128,
+    _T.BFLOAT16: 16,
+}
+# Newer element types, each with the IR version that introduced it (looked up
+# by name so an older onnx without the enum value still imports this module).
+ELEM_MIN_IR = {}
+for _name, _bits, _ir in (
+    ("FLOAT8E4M3FN", 8, 9), ("FLOAT8E4M3FNUZ", 8, 9), ("FLOAT8E5M2", 8, 9),
+    ("FLOAT8E5M2FNUZ", 8, 9), ("UINT4", 4, 10), ("INT4", 4, 10),
+    ("FLOAT4E2M1", 4, 11), ("FLOAT8E8M0", 8, 12), ("UINT2", 2, 13),
+    ("INT2", 2, 13), ("FLOAT6E2M3", 6, 14), ("FLOAT6E3M2", 6, 14),
+):
+    if hasattr(_T, _name):
+        ELEM_BITS[getattr(_T, _name)] = _bits
+        ELEM_MIN_IR[getattr(_T, _name)] = _ir
+# Fields that hold a tensor's data when it is not external.
+DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data",
+                "int64_data", "double_data", "uint64_data")
+
+
+def is_external(t: TensorProto) -> bool:
+    return t.data_location == TensorProto.EXTERNAL
+
+
+def external_info(t: TensorProto) -> dict:
+    return {e.key: e.value for e in t.external_data}
+
+
+def tensor_nbytes(t: TensorProto) -> int | None:
+    """Payload size of a fixed-width tensor from dims and type, else None."""
+    bits = ELEM_BITS.get(t.data_type)
+    if bits is None:
+        return None
+    n = 1
+    for d in t.dims:
+        n *= d
+    return (n * bits + 7) // 8
+
+
+def embedded_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of tensor data stored inside the model, from shapes and field
+    lengths — no payload is copied (unlike ByteSize(), which serializes)."""
+    total = 0
+    for t in iter_tensors(model):
+        if is_external(t):
+            continue
+        if t.HasField("raw_data"):
+            n = tensor_nbytes(t)
+            total += n if n is not None else len(t.raw_data)
+        total += 4 * (len(t.float_data) + len(t.int32_data))
+        total += 8 * (len(t.int64_data) + len(t.double_data) + len(t.uint64_data))
+        total += sum(len(x) for x in t.string_data)
+    return total

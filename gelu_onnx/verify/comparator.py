@@ -1,0 +1,130 @@
+"""Comparing two runs' outputs: per output, max abs / rel error and ULP
+distance against the dtype's tolerance (contract.PARITY_TOLERANCE)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from .. import contract
+from .inputs import dtype_str, is_bf16
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise distance in units in the last place of a's dtype.
+
+    Counts the representable values between a and b using the IEEE bit
+    patterns (works for float16 / bfloat16 / float32 / float64): same sign ->
+    difference of magnitudes' bits, opposite signs -> their sum (+0 and -0
+    are 0 apart). Only meaningful where both are finite.
+    """
+    if a.dtype != b.dtype or a.dtype.itemsize not in _UINT or not (a.dtype.kind == "f" or is_bf16(a)):
+        raise TypeError(f"ulp_distance needs two arrays of one float dtype, got {a.dtype} and {b.dtype}")
+    u = _UINT[a.dtype.itemsize]
+    sign = u(1) << u(8 * a.dtype.itemsize - 1)
+    ia, ib = np.ascontiguousarray(a).view(u), np.ascontiguousarray(b).view(u)
+    ma, mb = (ia & ~sign).astype(np.uint64), (ib & ~sign).astype(np.uint64)
+    same = (ia & sign) == (ib & sign)
+    return np.where(same, np.maximum(ma, mb) - np.minimum(ma, mb), ma + mb)
+
+
+@dataclass
+class OutputParity:
+    name: str
+    dtype: str
+    shape: list | None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    max_ulp: int | None = None
+    mismatched: int = 0  # elements outside tolerance (incl. non-finite mismatches)
+    nonfinite_mismatched: int = 0  # NaN/inf in one model and not at the same place in the other
+    elements: int = 0
+    rtol: float | None = None
+    atol: float | None = None
+    passed: bool = False
+    message: str = ""
+
+
+def tolerance_for(dtype: str, tolerances: Mapping[str, Mapping[str, float]] | None = None) -> dict | None:
+    """{'rtol', 'atol'} for an output dtype (None = exact: non-float outputs)."""
+    base = contract.PARITY_TOLERANCE.get(dtype)
+    if base is None:
+        return None
+    tol = dict(base)
+    tol.update((tolerances or {}).get(dtype, {}))
+    return tol
+
+
+def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) -> OutputParity:
+    ref, got = np.asarray(ref), np.asarray(got)
+    dt = dtype_str(ref)
+    row = OutputParity(name=name, dtype=dt, shape=list(ref.shape), elements=int(ref.size))
+    if dtype_str(got) != dt:
+        row.message = f"dtype differs: original {dt}, fused {dtype_str(got)}"
+        return row
+    if ref.shape != got.shape:
+        row.message = f"shape differs: original {list(ref.shape)}, fused {list(got.shape)}"
+        return row
+    tol = tolerance_for(dt, tolerances)
+    if tol is None:  # integers, bool, strings: must be identical
+        equal = ref == got
+        row.mismatched = int(ref.size - np.count_nonzero(equal))
+        if ref.dtype.kind in "iub" and ref.size:
+            row.max_abs = float(np.max(np.abs(ref.astype(np.float64) - got.astype(np.float64))))
+        row.passed = row.mismatched == 0
+        row.message = "" if row.passed else f"{row.mismatched} of {ref.size} elements differ (exact match required for {dt})"
+        return row
+    row.rtol, row.atol = tol["rtol"], tol["atol"]
+    a, b = ref.astype(np.float64), got.astype(np.float64)
+    equal = (a == b) | (np.isnan(a) & np.isnan(b))
+    finite = np.isfinite(a) & np.isfinite(b)
+    row.nonfinite_mismatched = int(np.count_nonzero(~equal & ~finite))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(finite, np.abs(a - b), 0.0)
+    close = equal | (finite & (diff <= row.atol + row.rtol * np.abs(a)))
+    row.mismatched = int(ref.size - np.count_nonzero(close))
+    if np.any(finite):
+        row.max_abs = float(diff[finite].max())
+        nz = finite & (a != 0)  # zeros of the original are covered by atol
+        row.max_rel = float((diff[nz] / np.abs(a[nz])).max()) if np.any(nz) else 0.0
+        row.max_ulp = int(ulp_distance(ref[finite], got[finite]).max())
+    row.passed = row.mismatched == 0
+    if not row.passed:
+        parts = [f"{row.mismatched} of {ref.size} elements outside atol={row.atol:g} + rtol={row.rtol:g}*|original|"]
+        if row.nonfinite_mismatched:
+            parts.append(f"{row.nonfinite_mismatched} NaN/inf where the other model is finite or different")
+        row.message = "; ".join(parts)
+    return row
+
+
+def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[str, np.ndarray], tolerances=None) -> list[OutputParity]:
+    """Per-output parity rows, matched by name (original order, then fused-only names)."""
+    rows = []
+    for name, ref in original_outputs.items():
+        if name not in fused_outputs:
+            ref = np.asarray(ref)
+            rows.append(OutputParity(name=name, dtype=dtype_str(ref), shape=list(ref.shape), elements=int(ref.size),
+                                     message="missing from the fused model's outputs"))
+            continue
+        rows.append(compare_one(name, ref, fused_outputs[name], tolerances))
+    for name, v in fused_outputs.items():
+        if name not in original_outputs:
+            v = np.asarray(v)
+            rows.append(OutputParity(name=name, dtype=dtype_str(v), shape=list(v.shape), elements=int(v.size),
+                                     message="output exists only in the fused model"))
+    return rows
+
+
+def json_safe(x):
+    """Non-finite floats as the strings 'inf' / '-inf' / 'nan' (strict JSON has none)."""
+    if isinstance(x, float) and not np.isfinite(x):
+        return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x

@@ -1,0 +1,256 @@
+"""Runners: one model in one runtime behind ``run(feeds) -> {output: array}``
+(ONNX Runtime sessions, and TensorRT through gelu_onnx.tensorrt), kept apart
+from the comparison the way Polygraphy keeps them."""
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from .. import contract
+from ..errors import InputError, UnsupportedError
+from .inputs import is_bf16
+
+PROVIDERS = ("cpu", "cuda", "tensorrt")
+OPT_LEVELS = ("disable", "basic", "extended", "all")
+# ONNX Runtime can load models larger than this only from a file.
+_PROTO_LIMIT = 2**31 - 1
+
+
+def library_available() -> bool:
+    try:
+        from ..ortlib import available
+    except ImportError:
+        return False
+    try:
+        return bool(available())
+    except Exception:
+        return False
+
+
+def make_session_options(use_library: bool, opt_level: str = "all", threads: int | None = None):
+    import onnxruntime as ort
+
+    if use_library:
+        from .. import session_options
+
+        so = session_options()
+    else:
+        so = ort.SessionOptions()
+    levels = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    if opt_level not in levels:
+        raise InputError(f"unknown optimization level '{opt_level}' (choose from {', '.join(OPT_LEVELS)})")
+    so.graph_optimization_level = levels[opt_level]
+    # ONNX Runtime's own warnings (unused initializers, ...) are not ours to
+    # print: errors only, unless GELU_ONNX_ORT_LOG asks (0 verbose .. 4 fatal)
+    so.log_severity_level = int(os.environ.get("GELU_ONNX_ORT_LOG", "3"))
+    if threads is not None:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return so
+
+
+def ort_providers(provider: str) -> list[str]:
+    import onnxruntime as ort
+
+    if provider == "cpu":
+        return ["CPUExecutionProvider"]
+    if provider == "cuda":
+        have = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in have:
+            raise UnsupportedError(
+                f"--provider cuda needs onnxruntime-gpu (CUDAExecutionProvider); this onnxruntime {ort.__version__} has {', '.join(have)}"
+            )
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    raise InputError(f"unknown provider '{provider}' (choose from {', '.join(PROVIDERS)})")
+
+
+def first_line(e: BaseException) -> str:
+    s = str(e).strip() or type(e).__name__
+    return s.splitlines()[0]
+
+
+def load(model, base_dir=None):
+    """A validated onnxio.LoadedModel from a path, ModelProto or LoadedModel.
+
+    ``base_dir``: where an in-memory model's external data live (a model
+    fused in memory keeps its source's external references)."""
+    from ..onnxio import load_model_proto
+
+    return load_model_proto(model, base_dir=base_dir)
+
+
+class ModelSource:
+    """A model as ORT wants it: its file when it has one, else bytes (external
+    data resolved against its base_dir) or, over 2 GiB, a temp file."""
+
+    def __init__(self, model, label: str):
+        self.loaded = load(model)
+        self.label = label
+        self._tmp = None
+
+    @property
+    def proto(self) -> onnx.ModelProto:
+        return self.loaded.model
+
+    def ort_arg(self, so):
+        if self.loaded.path is not None:
+            return self.loaded.path
+        if self.proto.ByteSize() >= _PROTO_LIMIT:
+            return str(self.file())
+        if self.loaded.base_dir is not None:
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path", self.loaded.base_dir)
+        return self.proto.SerializeToString()
+
+    def file(self) -> Path:
+        """A path on disk (TensorRT's parser and >2 GiB models need one)."""
+        if self.loaded.path is not None:
+            return Path(self.loaded.path)
+        if self._tmp is None:
+            from ..onnxio import save_model
+
+            self._tmp = tempfile.TemporaryDirectory(prefix="gelu-onnx-")
+            # io links the external data files next to the temp copy
+            self._file = Path(save_model(self.proto, Path(self._tmp.name) / f"{self.label}.onnx",
+                                         source_dir=self.loaded.base_dir).path)
+        return self._file
+
+
+def _load_failure(src: ModelSource, e: BaseException):
+    from .. import ortinfo
+
+    ir = src.proto.ir_version
+    if ir > ortinfo.max_ir_version():  # the session failed: say why in one line
+        return UnsupportedError(
+            f"the {src.label} model has IR version {ir}; the installed onnxruntime {ortinfo.version()} "
+            f"loads IR <= {ortinfo.max_ir_version()} (gelu-onnx fuse writes the lowest IR a model needs; "
+            f"or upgrade onnxruntime)"
+        )
+    msg = first_line(e)
+    if "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg:
+        return UnsupportedError(f"onnxruntime cannot run the {src.label} model: {msg}")
+    return InputError(f"onnxruntime cannot load the {src.label} model: {msg}")
+
+
+def _to_ort_values(sess, feeds):
+    import onnxruntime as ort
+
+    out = {}
+    for k, v in feeds.items():
+        if is_bf16(v):
+            out[k] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(v).view(np.uint16), TensorProto.BFLOAT16)
+        else:
+            out[k] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+    return out
+
+
+def _ortvalue_to_numpy(v) -> np.ndarray:
+    # onnxruntime's Python binding has no numpy type for bfloat16: copy the
+    # (CPU) buffer's bits into an ml_dtypes array instead.
+    if v.data_type() == "tensor(bfloat16)":
+        a = np.empty(v.shape(), np.uint16)
+        if a.nbytes:
+            ctypes.memmove(a.ctypes.data, v.data_ptr(), a.nbytes)
+        return a.view(contract.np_dtype(TensorProto.BFLOAT16))
+    return v.numpy()
+
+
+class OrtRunner:
+    """One ORT session; ``run(feeds)`` returns {output name: ndarray}."""
+
+    def __init__(self, model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model"):
+        import onnxruntime as ort
+
+        self.src = ModelSource(model, label)
+        so = make_session_options(use_library, opt_level, threads)
+        providers = ort_providers(provider)
+        try:
+            self.sess = ort.InferenceSession(self.src.ort_arg(so), sess_options=so, providers=providers)
+        except Exception as e:
+            raise _load_failure(self.src, e) from e
+        if provider == "cuda" and "CUDAExecutionProvider" not in self.sess.get_providers():
+            raise UnsupportedError("--provider cuda: onnxruntime fell back to CPU (CUDA libraries missing or no GPU)")
+        self.input_names = [i.name for i in self.sess.get_inputs()]
+        self.output_names = [o.name for o in self.sess.get_outputs()]
+        self._bf16 = any("bfloat16" in x.type for x in self.sess.get_inputs() + self.sess.get_outputs())
+        self.label = label
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            if self._bf16:
+                vals = self.sess.run_with_ort_values(self.output_names, _to_ort_values(self.sess, feeds))
+                outs = [_ortvalue_to_numpy(v) for v in vals]
+            else:
+                outs = self.sess.run(self.output_names, dict(feeds))
+        except Exception as e:
+            raise InputError(f"onnxruntime failed to run the {self.label} model: {first_line(e)}") from e
+        return dict(zip(self.output_names, outs))
+
+
+class TensorRTRunner:
+    """The model as a TensorRT engine (gelu_onnx.tensorrt: our plugin
+    registered); ``run(feeds)`` like OrtRunner. The engine is built per run:
+    TensorRT needs the input shapes, which the feeds give."""
+
+    def __init__(self, model, label="model"):
+        try:
+            from ..tensorrt import run_tensorrt
+        except ImportError as e:
+            raise UnsupportedError(f"--provider tensorrt: TensorRT support is not available ({first_line(e)})") from e
+        self._run = run_tensorrt
+        self.src = ModelSource(model, label)
+        self.label = label
+        inits = {t.name for t in self.src.proto.graph.initializer}
+        self.input_names = [i.name for i in self.src.proto.graph.input if i.name not in inits]
+        self.output_names = [o.name for o in self.src.proto.graph.output]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = self._run(str(self.src.file()), dict(feeds))  # its UnsupportedError passes through (exit 3)
+        if isinstance(out, Mapping):
+            return {k: np.asarray(v) for k, v in out.items()}
+        return dict(zip(self.output_names, (np.asarray(v) for v in out)))
+
+
+def runner(model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model"):
+    """The runner for ``provider`` ("cpu", "cuda": ONNX Runtime; "tensorrt")."""
+    if provider == "tensorrt":
+        return TensorRTRunner(model, label)
+    return OrtRunner(model, provider, use_library, opt_level, threads, label=label)
+
+
+def run(model, feeds, provider="cpu", use_library=None, opt_level="all", label="model") -> dict[str, np.ndarray]:
+    """Run ``model`` (path or ModelProto) once on ``feeds`` with a real runtime.
+
+    ``use_library``: None = our custom-op library when it is built, True =
+    require it, False = plain ONNX Runtime (the fused model then runs through
+    its model-local functions). ``provider`` "tensorrt" runs through
+    ``gelu_onnx.tensorrt.run_tensorrt``.
+    """
+    use = resolve_library(use_library) if provider != "tensorrt" else False
+    r = runner(model, provider, use, opt_level, label=label)
+    return r.run({k: v for k, v in feeds.items() if k in r.input_names})
+
+
+def resolve_library(use_library) -> bool:
+    if use_library is None:
+        return library_available()
+    if use_library and not library_available():
+        raise UnsupportedError("the gelu-onnx custom-op library is not built or cannot be loaded (see gelu_onnx.ortlib)")
+    return bool(use_library)
+
+
+def model_label(m) -> str:
+    path = getattr(m, "path", None) if not isinstance(m, (str, os.PathLike)) else m
+    return "<memory>" if path is None else str(path)
