@@ -8,14 +8,14 @@ import onnx
 from onnx import ModelProto
 
 from . import contract as C
-from . import functions
+from .fusion import functions
 from .errors import InputError
-from .graph import GraphIndex
+from .fusion.graph import GraphIndex
 from .onnxio.walk import subgraphs
-from . import native
-from .legacy import find_legacy, legacy_nodes
-from .match import Match, NearMiss, find_bias, find_matches
-from .rewrite import (
+from .fusion import native
+from .fusion.legacy import find_legacy, legacy_nodes
+from .fusion.match import Match, NearMiss, find_bias, find_matches
+from .fusion.rewrite import (
     NameGen,
     add_functions,
     default_opset,
@@ -26,7 +26,7 @@ from .rewrite import (
     replace_regions,
     wider,
 )
-from .targets import TARGETS, Target, emission, make_function, supported, target_takes_bias
+from .fusion.targets import TARGETS, Target, emission, make_function, supported, target_takes_bias
 
 # What the API takes as a model: a ModelProto, or a path to an .onnx file.
 ModelLike = ModelProto | str | os.PathLike
@@ -126,7 +126,7 @@ def _upgrade_for_standard(model: ModelProto, notes: list[str]) -> ModelProto:
     """Gelu exists from opset 20: raise the default-domain opset after proving,
     op by op from the ONNX schemas, that every op keeps its meaning
     (gelu_onnx.opset_upgrade); refuses naming the op otherwise."""
-    from . import opset_upgrade
+    from .fusion import opset_upgrade
 
     old = default_opset(model)
     notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model, C.STANDARD_GELU_OPSET)))

@@ -20,7 +20,7 @@ from . import cli_check
 from .files import require_file
 from .cliutil import add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int, table
 from .errors import GeluOnnxError
-from .targets import TARGETS
+from .fusion.targets import TARGETS
 
 EXIT_INTERNAL = 4
 

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
 import gelu_onnx
-from gelu_onnx import match
+from gelu_onnx.fusion import match
 
 SQRT2 = float(np.sqrt(2.0))
 

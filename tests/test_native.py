@@ -19,7 +19,7 @@ from onnx import numpy_helper as nh
 import gelu_onnx
 from gelu_onnx import contract as C
 from gelu_onnx import ortlib
-from gelu_onnx.targets import make_function, target_takes_bias
+from gelu_onnx.fusion.targets import make_function, target_takes_bias
 
 H = 8
 MS = C.MS_DOMAIN

@@ -21,7 +21,8 @@ import pytest
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
 import gelu_onnx
-from gelu_onnx import contract, opset_upgrade
+from gelu_onnx import contract
+from gelu_onnx.fusion import opset_upgrade
 from gelu_onnx.errors import UnsupportedError
 
 ROOT = Path(__file__).resolve().parent.parent

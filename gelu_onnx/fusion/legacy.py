@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import NodeProto, TensorProto, numpy_helper
 
-from . import contract as C
+from .. import contract as C
 from .graph import GraphIndex, tensor_value
 from .match import Match, NearMiss, _last_dim
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from onnx import AttributeProto, NodeProto
 
-from . import contract as C
+from .. import contract as C
 from .graph import GraphIndex
 from .match import Match, NearMiss
 
@@ -128,7 +128,7 @@ def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodePro
 def drop_unused_functions(model) -> None:
     """Our model-local functions that no node calls any more (the model was
     moved from the custom target to another) are removed."""
-    from .onnxio.walk import subgraphs
+    from ..onnxio.walk import subgraphs
 
     used: set[str] = set()
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
 
-from .onnxio.walk import subgraphs
+from ..onnxio.walk import subgraphs
 
 # Ops that may sit inside a GELU spelling. All are elementwise on one
 # non-constant operand plus scalar constants.
@@ -209,7 +209,7 @@ class GraphIndex:
         to = self._type_of(node.input[1], 8)
         if c is None or c.value.size > 16 or to not in _FLOAT_TYPES:
             return None
-        from .contract import np_dtype
+        from ..contract import np_dtype
 
         return ConstInfo(c.value.astype(np_dtype(to)), to, producer=i)
 
@@ -264,7 +264,7 @@ def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | No
         if t.data_location == TensorProto.EXTERNAL:
             if n != 1 or base_dir is None:
                 return None
-            from .onnxio import tensor_array
+            from ..onnxio import tensor_array
 
             return tensor_array(t, base_dir)
         return numpy_helper.to_array(t)
@@ -308,7 +308,7 @@ def _fold(node: NodeProto, vals: list[np.ndarray]) -> np.ndarray | None:
         with np.errstate(all="ignore"):
             if op == "Cast":
                 to = next((a.i for a in node.attribute if a.name == "to"), None)
-                from .contract import np_dtype
+                from ..contract import np_dtype
 
                 if to is None:
                     return None

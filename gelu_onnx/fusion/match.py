@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import NodeProto, TensorProto
 
-from . import contract as C
+from .. import contract as C
 from .graph import ANCHOR_OPS, BINARY_OPS, ELEMENTWISE, GraphIndex, tensor_value
 
 # How far we look: a GELU spelling has at most ~12 elementwise nodes; the

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 from onnx import AttributeProto, FunctionProto, NodeProto, TensorProto, helper
 
-from . import contract as C
+from .. import contract as C
 
 Target = Literal["custom", "standard", "ort"]
 TARGETS: tuple[str, ...] = get_args(Target)

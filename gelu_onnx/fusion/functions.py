@@ -25,9 +25,9 @@ import onnx
 import onnx.inliner
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, helper
 
-from . import contract as C
+from .. import contract as C
 from .graph import ANCHOR_OPS
-from .onnxio.walk import subgraphs
+from ..onnxio.walk import subgraphs
 
 _DEFAULT = ("", "ai.onnx")
 

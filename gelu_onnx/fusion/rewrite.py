@@ -7,8 +7,8 @@ from itertools import chain
 
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, helper
 
-from . import contract as C
-from .onnxio.walk import walk_graphs
+from .. import contract as C
+from ..onnxio.walk import walk_graphs
 from .match import Match
 from .targets import Emission
 

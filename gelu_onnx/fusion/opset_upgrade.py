@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, defs, helper
 
-from . import contract as C
-from .errors import UnsupportedError
-from .onnxio.walk import subgraphs
+from .. import contract as C
+from ..errors import UnsupportedError
+from ..onnxio.walk import subgraphs
 
 _DEFAULT = ("", "ai.onnx")
 
@@ -251,7 +251,7 @@ def upgrade(model: ModelProto, target: int = C.STANDARD_GELU_OPSET) -> list[str]
         for imp in imports:
             if imp.domain in _DEFAULT and imp.version < target:
                 imp.version = target
-    from .onnxio import lowest_ir_version
+    from ..onnxio import lowest_ir_version
 
     model.ir_version = max(model.ir_version, lowest_ir_version(model) or model.ir_version)
     return sorted(set(adapted))
