@@ -20,10 +20,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from gelu_onnx.fusion.targets import TARGETS
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 OUT = ROOT / "build" / "demo"
-TARGETS = ("custom", "standard", "ort")
 
 
 def cli(*args: str) -> tuple[int, dict | None, str]:

@@ -33,10 +33,10 @@ from scipy.special import erf as _erf
 
 from gelu_onnx import contract as C
 from gelu_onnx import ortinfo
+from gelu_onnx.fusion.targets import TARGETS
 
 F32, F16, BF16, F64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE
 INT64, BOOL = TensorProto.INT64, TensorProto.BOOL
-TARGETS = ("custom", "standard", "ort")
 H = 16  # hidden size of every frame
 
 # --------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import gelu_onnx
 from gelu_onnx import contract, ortlib
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = ("custom", "standard", "ort")
+from gelu_onnx.fusion.targets import TARGETS
 OP = {"custom": contract.DOMAIN, "standard": "", "ort": contract.MS_DOMAIN}
 
 

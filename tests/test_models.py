@@ -31,7 +31,7 @@ from gelu_onnx import contract, ortinfo
 MODELS = Path(__file__).resolve().parent.parent / "models"
 MANIFEST = json.loads((MODELS / "manifest.json").read_text())
 ENTRIES = {e["file"]: e for e in MANIFEST["models"]}
-TARGETS = ("custom", "standard", "ort")
+from gelu_onnx.fusion.targets import TARGETS
 # Test sizes for named (dynamic) axes: deliberately not the export's example
 # sizes, so a shape baked in by the exporter or the rewrite shows up.
 AXIS_SIZES = {"batch": 3, "sequence": 5, "samples": 480}

@@ -129,17 +129,15 @@ def _copy(n: NodeProto) -> NodeProto:
     return c
 
 
-def _bias_only_at_call_site(f: FunctionProto, res, target: str) -> bool:
+def _bias_only_at_call_site(f: FunctionProto, res, target) -> bool:
     """A fused GELU whose x is Add(h, b) with b a function input: b is a
     constant only at the call sites, so inlining lets the bias be folded in."""
-    from .targets import target_takes_bias
-
     inputs = set(f.input)
     nodes = list(f.node)
     producer = {o: n for n in nodes for o in n.output}
     by_name = {n.name: n for n in nodes if n.name}
     for fu in res.fusions:
-        if fu.bias or not target_takes_bias(target, fu.form):
+        if fu.bias or not target.takes_bias(fu.form):
             continue
         region = [by_name.get(nm) or _nth(nodes, nm) for nm in fu.nodes]
         region = [n for n in region if n is not None]
@@ -170,7 +168,7 @@ def _label(f: FunctionProto, sites: list[str]) -> str:
 _MAX_ROUNDS = 4  # functions inlined into functions inlined into ...
 
 
-def prepare(model: ModelProto, target: str, res, fuse_body, depth: int = 0) -> tuple[ModelProto, FunctionPlan]:
+def prepare(model: ModelProto, target, res, fuse_body, depth: int = 0) -> tuple[ModelProto, FunctionPlan]:
     """Fuse GELUs inside ``model``'s functions (in place) or inline the
     functions that need it (a new model is returned then). ``fuse_body(m,
     target)`` is the library's fuse_with_report; fusions and near-misses go
@@ -193,7 +191,7 @@ def prepare(model: ModelProto, target: str, res, fuse_body, depth: int = 0) -> t
         if not sites:
             continue  # an unused function: nothing runs it
         names = [(f"{p}/" if p else "") + (n.name or n.op_type) for p, n in sites]
-        if target == "ort":  # com.microsoft ops have no ONNX schema: a body holding them defeats onnx's type inference
+        if not target.fuses_function_bodies:
             inline.append(f)
             continue
         types = _call_types(model, [n for _, n in sites], inferred)
@@ -210,11 +208,8 @@ def prepare(model: ModelProto, target: str, res, fuse_body, depth: int = 0) -> t
         if _bias_only_at_call_site(f, got, target):
             inline.append(f)
             continue
-        if target == "standard" and _default(model.opset_import) < C.STANDARD_GELU_OPSET:
-            from . import opset_upgrade
-
-            old = _default(model.opset_import)
-            res.notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model)))
+        if target.needs_upgrade(model):
+            target.prepare(model, res.notes)
             return prepare(model, target, res, fuse_body, depth)  # bodies changed: start over
         _put_back(model, f, got.model)
         for fu in got.fusions:

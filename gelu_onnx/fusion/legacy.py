@@ -15,7 +15,9 @@ from onnx import NodeProto, TensorProto, numpy_helper
 
 from .. import contract as C
 from .graph import GraphIndex, tensor_value
-from .match import Match, NearMiss, _last_dim
+from .bias import last_dim
+from .match import Match
+from .nearmiss import Code, NearMiss
 
 OP_TYPE = "CustomGeluPluginDynamic"
 _TYPE_IDS = {0: TensorProto.FLOAT, 1: TensorProto.FLOAT16}
@@ -31,7 +33,7 @@ def find_legacy(idx: GraphIndex):
         name = node.name or f"{OP_TYPE}#{i}"
         m, bias, why = _legacy_match(idx, i, node)
         if why:
-            misses.append(NearMiss(idx.path, name, "legacy-plugin", why, "tanh"))
+            misses.append(NearMiss(idx.path, name, Code.LEGACY_PLUGIN, why, "tanh"))
         else:
             matches.append((m, bias))
     return matches, misses
@@ -60,25 +62,24 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
         if bias is None:
             return None, None, "the bias tensor is too large or stored externally"
         bias = bias.reshape(-1)
-        if _last_dim(idx, x) != bias.size:
+        if last_dim(idx, x) != bias.size:
             return None, None, (f"bias has {bias.size} values but the input's last dimension is not known to be "
                                 f"{bias.size} (the plugin added bias[i % {bias.size}] over the flat tensor)")
     m = Match(idx, i, node.output[0], x, [i], set(), "tanh", None, et, et, C.FLOAT_DTYPES[et], 0.0)
     return m, bias, None
 
 
-def legacy_nodes(m: Match, bias: np.ndarray | None, target: str, em, names, graph) -> tuple[list[NodeProto], bool]:
+def legacy_nodes(m: Match, bias: np.ndarray | None, target, em, names, graph) -> tuple[list[NodeProto], bool]:
     """Replacement nodes; the bias becomes a 1-D initializer of X's type.
     Returns (nodes, bias_fused)."""
     from .rewrite import emit_after_add, emit_nodes
-    from .targets import target_takes_bias
 
     if bias is None:
         return emit_nodes(m, em, m.leaf_type, False, names), False
     bname = names(f"{m.root}_bias")
     graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
     m.bias, m.bias_input = bname, m.leaf
-    if target_takes_bias(target, "tanh"):
+    if target.takes_bias("tanh"):
         return emit_nodes(m, em, m.leaf_type, True, names), True
     # standard: Add + Gelu(tanh)
     return emit_after_add(m, bname, em, m.leaf_type, names), False

@@ -20,7 +20,8 @@ from onnx import AttributeProto, NodeProto
 
 from .. import contract as C
 from .graph import GraphIndex
-from .match import Match, NearMiss
+from .match import Match
+from .nearmiss import Code, NearMiss
 
 
 def _attr(node: NodeProto, name: str):
@@ -84,18 +85,18 @@ def find_native(idx: GraphIndex):
             continue
         name = node.name or f"{node.op_type}#{i}"
         if isinstance(d, str):
-            misses.append(NearMiss(idx.path, name, "native-attribute", d))
+            misses.append(NearMiss(idx.path, name, Code.NATIVE_ATTRIBUTE, d))
             continue
         form, has_bias, alpha = d
         ins = [x for x in node.input]
         if len(node.output) != 1 or not ins or not ins[0] or (has_bias and (len(ins) < 2 or not ins[1])):
-            misses.append(NearMiss(idx.path, name, "native-arity", f"{node.op_type} with unexpected inputs/outputs",
+            misses.append(NearMiss(idx.path, name, Code.NATIVE_ARITY, f"{node.op_type} with unexpected inputs/outputs",
                                    form))
             continue
         x, y = ins[0], node.output[0]
         et = idx.type_of(x) or idx.type_of(y) or (idx.type_of(ins[1]) if has_bias else None)
         if not et:
-            misses.append(NearMiss(idx.path, name, "unsupported-dtype",
+            misses.append(NearMiss(idx.path, name, Code.UNSUPPORTED_DTYPE,
                                    f"the element type of {node.op_type}'s input is not declared "
                                    f"(run onnx.shape_inference on the model first)", form))
             continue

@@ -78,7 +78,7 @@ def _bias_1d(m: Match, names: NameGen) -> str:
     shape = m.index.shape(m.bias)
     if shape is not None and len(shape) <= 1:
         return m.bias
-    from .match import bias_initializer
+    from .bias import bias_initializer
 
     t = bias_initializer(m)
     if t is None or len(t.dims) <= 1:

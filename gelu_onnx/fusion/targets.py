@@ -1,4 +1,4 @@
-"""What a matched GELU is rewritten into, per target.
+"""The targets: what a matched GELU is rewritten into, per target.
 
 custom   : ai.gelu_onnx.{Bias}Gelu{Erf,Tanh,Sigmoid}, plus a model-local
            function per op type so the model runs without our library.
@@ -9,14 +9,15 @@ ort      : com.microsoft Gelu / BiasGelu / FastGelu (optional bias) / QuickGelu.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
-from onnx import AttributeProto, FunctionProto, NodeProto, TensorProto, helper
+from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TensorProto, helper
 
 from .. import contract as C
+from ..errors import InputError
+from .nearmiss import Code
 
-Target = Literal["custom", "standard", "ort"]
-TARGETS: tuple[str, ...] = get_args(Target)
+TargetName = Literal["custom", "standard", "ort"]
 
 _FLOAT = TensorProto.FLOAT
 
@@ -35,39 +36,145 @@ class Emission:
         return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
 
 
-def supported(target: str, form: str, elem_type: int) -> str | None:
-    """None if the target can express this GELU in this dtype, else why not."""
-    dt = C.FLOAT_DTYPES.get(elem_type, str(elem_type))
-    if target == "standard":
-        if form == "sigmoid":
-            return "ONNX has no standard op for x*sigmoid(alpha*x) (QuickGELU); left as is"
-        if elem_type not in C.FLOAT_DTYPES:
-            return f"Gelu-20 has no {dt} kernel type"
+class Target:
+    """One rewrite target: which GELUs it can express, the op a match becomes,
+    whether that op takes the bias, and how the model is prepared (opset) and
+    finished (opset imports, model-local functions). Everything that differs
+    between targets is here: adding a target is one subclass."""
+
+    name: str
+    # default-domain opset the target's op needs (prepare() raises it)
+    min_opset: int | None = None
+    # whether GELUs inside model-local function bodies are fused in place
+    # (else the calls are inlined)
+    fuses_function_bodies: bool = True
+    # whether each op type gets a model-local function with its math
+    writes_functions: bool = False
+
+    def __repr__(self) -> str:
+        return f"<target {self.name}>"
+
+    def unsupported(self, form: str, elem_type: int) -> tuple[Code, str] | None:
+        """None if the target can express this GELU in this dtype, else (code, why not)."""
+        if elem_type not in C.KERNEL_DTYPES:
+            dt = C.FLOAT_DTYPES.get(elem_type, str(elem_type))
+            return Code.UNSUPPORTED_DTYPE, f"{self._owner} support float32/float16/bfloat16, not {dt}"
         return None
-    if elem_type not in C.KERNEL_DTYPES:
-        owner = "the custom op" if target == "custom" else "com.microsoft GELU ops"
-        return f"{owner} support float32/float16/bfloat16, not {dt}"
-    return None
+
+    def takes_bias(self, form: str) -> bool:
+        raise NotImplementedError
+
+    def emission(self, form: str, bias: bool, alpha: float | None) -> Emission:
+        raise NotImplementedError
+
+    def typed_functions(self, opset: int) -> bool:
+        """Whether the function bodies must be typed (no CastLike below opset 15)."""
+        return False
+
+    def needs_upgrade(self, model: ModelProto) -> bool:
+        from .rewrite import default_opset
+
+        return self.min_opset is not None and default_opset(model) < self.min_opset
+
+    def prepare(self, model: ModelProto, notes: list[str]) -> None:
+        """Raise the default-domain opset to min_opset, after proving op by op
+        from the ONNX schemas that every op keeps its meaning (opset_upgrade;
+        it refuses naming the op otherwise)."""
+        from . import opset_upgrade
+        from .rewrite import default_opset
+
+        old = default_opset(model)
+        notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model, self.min_opset)))
+
+    def finish(self, model: ModelProto, opset: int, fn_dtype: dict[str, int | None]) -> None:
+        """After the rewrite: the opset imports (and functions) the new ops need."""
 
 
-def emission(target: str, form: str, bias: bool, alpha: float | None) -> Emission:
-    if target == "custom":
+class Custom(Target):
+    """ai.gelu_onnx.{Bias}Gelu{Erf,Tanh,Sigmoid}, plus a model-local function
+    per op type so the model runs without our library."""
+
+    name = "custom"
+    writes_functions = True
+    _owner = "the custom op"
+
+    def takes_bias(self, form: str) -> bool:
+        return True
+
+    def emission(self, form, bias, alpha) -> Emission:
         attrs = {C.ATTR_ALPHA: float(alpha)} if form == "sigmoid" else {}
         attrs[C.ATTR_PLUGIN_NAMESPACE] = C.DOMAIN
         return Emission(C.DOMAIN, C.OP_TYPES[(form, bias)], bias, attrs)
-    if target == "standard":
+
+    def typed_functions(self, opset: int) -> bool:
+        return opset < 15
+
+    def finish(self, model, opset, fn_dtype) -> None:
+        from .rewrite import add_functions, ensure_opset
+
+        ensure_opset(model, C.DOMAIN, C.OPSET_VERSION)
+        add_functions(model, [make_function(op, opset, fn_dtype[op]) for op in sorted(fn_dtype)])
+
+
+class Standard(Target):
+    """ONNX Gelu-20 (approximate none|tanh). No standard op exists for
+    x*sigmoid(a*x): those are reported and left as they are."""
+
+    name = "standard"
+    min_opset = C.STANDARD_GELU_OPSET
+
+    def unsupported(self, form, elem_type):
+        if form == "sigmoid":
+            return Code.NO_STANDARD_OP, "ONNX has no standard op for x*sigmoid(alpha*x) (QuickGELU); left as is"
+        if elem_type not in C.FLOAT_DTYPES:
+            return Code.UNSUPPORTED_DTYPE, f"Gelu-20 has no {C.FLOAT_DTYPES.get(elem_type, str(elem_type))} kernel type"
+        return None
+
+    def takes_bias(self, form: str) -> bool:
+        return False
+
+    def emission(self, form, bias, alpha) -> Emission:
         return Emission("", "Gelu", False, {"approximate": "none" if form == "erf" else "tanh"})
-    if target == "ort":
+
+
+class Ort(Target):
+    """com.microsoft Gelu / BiasGelu / FastGelu (optional bias) / QuickGelu."""
+
+    name = "ort"
+    # com.microsoft ops have no ONNX schema: a function body holding them
+    # defeats onnx's type inference, so such calls are inlined
+    fuses_function_bodies = False
+    _owner = "com.microsoft GELU ops"
+
+    def takes_bias(self, form: str) -> bool:
+        return form in ("erf", "tanh")
+
+    def emission(self, form, bias, alpha) -> Emission:
         if form == "erf":
             return Emission(C.MS_DOMAIN, "BiasGelu" if bias else "Gelu", bias, {})
         if form == "tanh":
             return Emission(C.MS_DOMAIN, "FastGelu", bias, {})
         return Emission(C.MS_DOMAIN, "QuickGelu", False, {"alpha": float(alpha)})
-    raise ValueError(f"unknown target {target!r}")
+
+    def finish(self, model, opset, fn_dtype) -> None:
+        from .rewrite import ensure_opset
+
+        ensure_opset(model, C.MS_DOMAIN, 1)
 
 
-def target_takes_bias(target: str, form: str) -> bool:
-    return target == "custom" or (target == "ort" and form in ("erf", "tanh"))
+_REGISTRY: dict[str, Target] = {t.name: t for t in (Custom(), Standard(), Ort())}
+# The target names, in the CLI's order (the one list of them).
+TARGETS: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def get(target: "str | Target") -> Target:
+    """The Target for a name (or the Target itself); one line for a bad name."""
+    if isinstance(target, Target):
+        return target
+    t = _REGISTRY.get(target) if isinstance(target, str) else None
+    if t is None:
+        raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
+    return t
 
 
 # --- model-local functions for the custom op --------------------------------

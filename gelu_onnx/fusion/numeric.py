@@ -1,0 +1,265 @@
+"""The value-based check: a candidate region evaluated in float64 on a probe
+grid, constants exactly as stored, against the GELU family its
+transcendental implies (contract.MATCH_TOLERANCE); regions with the same
+structure and constants share one check (the region cache)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from onnx import TensorProto
+
+from .. import contract as C
+from .nearmiss import Code
+from .graph import BINARY_OPS, GraphIndex
+
+
+# Probe grid: dense where GELU bends, sparse tails, tiny magnitudes.
+PROBE = np.unique(
+    np.concatenate(
+        [
+            np.linspace(-8.0, 8.0, 321),
+            [-100.0, -50.0, -20.0, -12.0, 12.0, 20.0, 50.0, 100.0],
+            [-1e-3, -1e-6, 1e-6, 1e-3],
+        ]
+    )
+)
+
+
+PROBE = PROBE[PROBE != 0.0]
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+PRECISION_ORDER = ["bfloat16", "float16", "float32", "float64"]
+
+
+def gelu_reference(form: str, x: np.ndarray, alpha: float | None = None) -> np.ndarray:
+    """The exact GELU family functions in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    if form == "erf":
+        return 0.5 * x * (1.0 + _erf(x * C.INV_SQRT2).astype(np.float64))
+    if form == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(C.SQRT_2_OVER_PI * (x + C.TANH_CUBIC_COEFF * x**3)))
+    if form == "sigmoid":
+        with np.errstate(over="ignore"):
+            return x / (1.0 + np.exp(-alpha * x))
+    raise ValueError(form)
+
+
+def evaluate(idx: GraphIndex, nodes: list[int], leaf: str, x: np.ndarray,
+              extra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Values of every region tensor for leaf = x (float64). ``extra`` maps
+    further names to values (diagnostics: other sources, overridable or
+    [1,1]-shaped constants)."""
+    vals: dict[str, np.ndarray] = {leaf: x}
+    if extra:
+        vals.update(extra)
+
+    def get(n: str) -> np.ndarray:
+        if n in vals:
+            return vals[n]
+        return np.asarray(idx.constant(n).value, dtype=np.float64).reshape(())
+
+    with np.errstate(all="ignore"):
+        for i in nodes:
+            node = idx.node(i)
+            a = get(node.input[0])
+            op = node.op_type
+            if op in BINARY_OPS:
+                b = get(node.input[1])
+                r = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+                     "Pow": np.power}[op](a, b)
+            elif op == "Erf":
+                r = _erf(a).astype(np.float64)
+            elif op == "Tanh":
+                r = np.tanh(a)
+            elif op == "Sigmoid":
+                r = 1.0 / (1.0 + np.exp(-a))
+            elif op == "Neg":
+                r = -a
+            elif op == "Sqrt":
+                r = np.sqrt(a)
+            elif op == "Reciprocal":
+                r = 1.0 / a
+            else:  # Cast, Identity: value-preserving in float64
+                r = a
+            vals[node.output[0]] = np.asarray(r, dtype=np.float64)
+    return vals
+
+
+_QUICK_X = np.array([-3.0, 0.5, 3.0])
+
+
+_QUICK_REF = gelu_reference("erf", _QUICK_X)
+
+
+def _roughly_gelu(idx: GraphIndex, nodes: list[int], leaf: str, root: str) -> bool:
+    """Three-point pre-check shared by every erf/tanh spelling (they differ by
+    < 1e-3 there); rejects partial regions like 1+erf(x/sqrt2) at once."""
+    f = evaluate(idx, nodes, leaf, _QUICK_X)[root]
+    return bool(np.all(np.abs(f - _QUICK_REF) < 0.05))
+
+
+def region_types(idx: GraphIndex, nodes: list[int], leaf: str, consts: set[str]) -> dict[str, int]:
+    """Propagate element types through the region (constants and Casts pin them)."""
+    types: dict[str, int] = {}
+    for n in consts:
+        types[n] = idx.constant(n).elem_type
+    lt = idx.elem_type(leaf)
+    if lt:
+        types[leaf] = lt
+    for _ in range(3):
+        for i in nodes:
+            node = idx.node(i)
+            out = node.output[0]
+            if node.op_type == "Cast":
+                types[out] = next(a.i for a in node.attribute if a.name == "to")
+                continue
+            ins = [n for n in node.input if n]
+            if node.op_type == "Pow":
+                ins = ins[:1]  # the exponent may have another type
+            known = [types[n] for n in ins if n in types]
+            if known:
+                types.setdefault(out, known[0])
+                for n in ins:
+                    types.setdefault(n, known[0])
+            elif out in types:
+                for n in ins:
+                    types.setdefault(n, types[out])
+    return types
+
+
+def region_precision(types: dict[str, int], consts, fallback: int | None = None) -> str:
+    """The tolerance key: the lowest precision the region's float constants
+    are stored in (a Cast-wrapped fp32 chain inside an fp16 model is judged
+    as fp32: its constants were never rounded to fp16)."""
+    prec = [C.FLOAT_DTYPES[types[n]] for n in consts if types.get(n) in C.FLOAT_DTYPES]
+    if not prec:
+        return C.FLOAT_DTYPES.get(fallback, "float32")
+    return min(prec, key=PRECISION_ORDER.index)
+
+
+def _rel_error(f: np.ndarray, g: np.ndarray, x: np.ndarray) -> float:
+    with np.errstate(all="ignore"):
+        e = np.abs(f - g) / np.maximum(np.abs(x), 1.0)
+    if not np.all(np.isfinite(f)):
+        return math.inf
+    return float(np.max(e))
+
+
+def check_function(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, precision: str):
+    """Numeric check. Returns (form, alpha, error, tolerance, note)."""
+    x = PROBE
+    vals = evaluate(idx, nodes, leaf, x)
+    tol = C.MATCH_TOLERANCE[precision]
+    form, alpha, err, note = classify(idx.node(anchor).op_type, vals, vals[root], x, nodes, idx, tol)
+    return form, alpha, err, tol, note
+
+
+def classify(op: str, vals, root_vals, x, nodes, idx, tol):
+    if op == "Erf":
+        return "erf", None, _rel_error(root_vals, gelu_reference("erf", x), x), None
+    if op == "Tanh":
+        return "tanh", None, _rel_error(root_vals, gelu_reference("tanh", x), x), None
+    # Sigmoid: x*sigmoid(alpha*x) (QuickGELU) when the sigmoid's argument is
+    # linear in x — decided by structure, never by closeness, since in bf16
+    # QuickGELU is within tolerance of the tanh GELU — else the tanh GELU
+    # written with a sigmoid (0.5*(1+tanh(z)) == sigmoid(2z)).
+    sig_in = None
+    for i in nodes:
+        if idx.node(i).op_type == "Sigmoid":
+            sig_in = vals.get(idx.node(i).input[0])
+    if sig_in is not None:
+        sel = np.abs(x) > 0.5
+        alphas = sig_in[sel] / x[sel]
+        alpha = float(np.median(alphas))
+        if math.isfinite(alpha) and np.max(np.abs(alphas - alpha)) <= 1e-6 * max(1.0, abs(alpha)):
+            err = _rel_error(root_vals, gelu_reference("sigmoid", x, alpha), x)
+            lo, hi = C.SIGMOID_ALPHA_RANGE
+            if err <= tol and not (lo <= alpha <= hi):
+                silu = abs(alpha - 1) < 0.05
+                return "sigmoid", alpha, err, (Code.SILU if silu else Code.ALPHA_RANGE,
+                                               f"x*sigmoid({alpha:.6g}*x) is {'SiLU/Swish' if silu else 'not a GELU'}: "
+                                               f"alpha outside [{lo}, {hi}]")
+            return "sigmoid", alpha, err, None
+    return "tanh", None, _rel_error(root_vals, gelu_reference("tanh", x), x), None
+
+
+def _type_only_reader(idx: GraphIndex, c: int, o: str, region: set[int], consts) -> bool:
+    """CastLike(k, o) reads only o's type; when its output is one of the
+    region's constants and only the region reads it, it goes with the region
+    (onnxscript writes every literal as CastLike(literal, neighbour))."""
+    n = idx.node(c)
+    if n.op_type != "CastLike" or n.domain not in ("", "ai.onnx") or list(n.input[1:]) != [o] or n.input[0] == o:
+        return False
+    out = n.output[0]
+    return out in consts and out not in idx.graph_outputs and all(r in region for r in idx.consumers.get(out, []))
+
+
+def _region_key(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts) -> tuple:
+    """Everything the numeric check reads, without names: per node its op,
+    Cast target and inputs (x, another region node by position, or a
+    constant by dtype and stored bytes), which node is the anchor and which
+    the root, and x's declared type. Equal keys = equal checks."""
+    pos = {}
+    for k, i in enumerate(nodes):
+        for o in idx.node(i).output:
+            pos[o] = k
+    parts = []
+    for i in nodes:
+        n = idx.node(i)
+        ins = []
+        for t in n.input:
+            if t == leaf:
+                ins.append(0)
+            elif t in pos:
+                ins.append(pos[t] + 1)
+            elif t in consts:
+                c = idx.constant(t)
+                ins.append((c.elem_type, c.value.dtype.str, c.value.tobytes()))
+            else:
+                ins.append(("?", t))  # never shared: no key collision with another region
+        to = next((a.i for a in n.attribute if a.name == "to"), None) if n.op_type == "Cast" else None
+        parts.append((n.op_type, to, tuple(ins)))
+    return tuple(parts), nodes.index(anchor), pos.get(root), idx.elem_type(leaf)
+
+
+def checked_region(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts):
+    """The numeric check of one region, cached per graph by _region_key
+    (a chain of N identical GELUs is checked once). None when the 3-point
+    pre-check rejects it; else (form, alpha, err, tol, note, precision,
+    leaf_type, root_type)."""
+    cache = idx.__dict__.setdefault("_check_cache", {})
+    key = _region_key(idx, anchor, nodes, leaf, root, consts)
+    if key in cache:
+        return cache[key]
+    if idx.node(anchor).op_type != "Sigmoid" and not _roughly_gelu(idx, nodes, leaf, root):
+        cache[key] = None
+        return None
+    types = region_types(idx, nodes, leaf, consts)
+    precision = region_precision(types, consts, fallback=types.get(leaf))
+    form, alpha, err, tol, note = check_function(idx, anchor, nodes, leaf, root, precision)
+    leaf_type = types.get(leaf) or TensorProto.FLOAT
+    root_type = types.get(root) or leaf_type
+    cache[key] = (form, alpha, err, tol, note, precision, leaf_type, root_type)
+    return cache[key]
+
+
+def intermediate_violation(idx: GraphIndex, nodes: list[int], root: str, consts=frozenset()):
+    region = set(nodes)
+    for i in nodes:
+        for o in idx.node(i).output:
+            if o == root:
+                continue
+            if o in idx.graph_outputs:
+                return Code.GRAPH_OUTPUT, f"intermediate '{o}' is a graph output"
+            outside = [c for c in idx.consumers.get(o, [])
+                       if c not in region and not _type_only_reader(idx, c, o, region, consts)]
+            if outside:
+                who = idx.node(outside[0])
+                return Code.INTERMEDIATE_USED, (
+                    f"intermediate '{o}' is also read by {who.op_type} node '{who.name or '#' + str(outside[0])}'"
+                )
+    return None

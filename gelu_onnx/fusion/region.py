@@ -1,0 +1,171 @@
+"""Finding candidate GELU regions by structure: from a transcendental anchor
+forward to candidate roots, back along the elementwise cone to the leaf x
+(the dominator of every non-constant path). See match.py for the whole story."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .graph import ANCHOR_OPS, BINARY_OPS, ELEMENTWISE, GraphIndex
+
+
+# How far we look: a GELU spelling has at most ~12 elementwise nodes; the
+# forward walk from the transcendental to the root is at most 4 deep.
+MAX_REGION_NODES = 24
+
+
+MAX_ROOT_DEPTH = 5
+
+
+MAX_LEAF_DEPTH = 6
+
+
+@dataclass
+class _Cone:
+    nodes: set[int] = field(default_factory=set)
+    sources: list[str] = field(default_factory=list)
+    consts: set[str] = field(default_factory=set)
+    overridable: list[str] = field(default_factory=list)
+    truncated: bool = False
+
+
+def is_default_domain(node) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def region_node_ok(idx: GraphIndex, i: int) -> bool:
+    node = idx.node(i)
+    return (
+        node.op_type in ELEMENTWISE
+        and is_default_domain(node)
+        and len(node.output) == 1
+        and (node.op_type not in BINARY_OPS or len(node.input) == 2)
+    )
+
+
+def is_scalar(value: np.ndarray) -> bool:
+    return value.size == 1 and value.ndim <= 1
+
+
+def _scalar_const(idx: GraphIndex, name: str):
+    """A constant a GELU spelling may contain: rank 0 or shape [1]. Any other
+    constant (a bias vector, a weight, a [1,1] tensor) is just a tensor to the
+    matcher: it can be the x of a GELU, never one of its constants."""
+    memo = idx.__dict__.get("_scalar")
+    if memo is None:
+        memo = idx.__dict__["_scalar"] = {}
+    if name in memo:
+        return memo[name]
+    c = idx.constant(name)
+    memo[name] = c = c if c is not None and is_scalar(c.value) else None
+    return c
+
+
+def _node_class(idx: GraphIndex, i: int) -> int:
+    """Cached per node: 1 = may be inside a GELU region, 0 = not."""
+    cache = idx.__dict__.get("_node_class")
+    if cache is None:
+        cache = idx.__dict__["_node_class"] = [-1] * len(idx.nodes)
+    k = cache[i]
+    if k < 0:
+        k = cache[i] = int(region_node_ok(idx, i))
+    return k
+
+
+def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor: int | None = None,
+          fail_fast: bool = False) -> _Cone:
+    """Backward elementwise cone of ``root``; ``stop`` tensors count as sources.
+
+    Transcendentals other than ``anchor`` are boundaries too: a GELU has
+    exactly one. With ``fail_fast`` the walk ends at the first source that is
+    not in ``stop`` (the caller only wants to know whether ``stop`` dominates),
+    which keeps the cost per GELU constant even where GELUs are chained."""
+    cone = _Cone()
+    seen: set[str] = set()
+    todo = [root]
+    scalar = idx.__dict__.get("_scalar") or {}
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in stop and t != root:
+            cone.sources.append(t)
+            continue
+        c = scalar[t] if t in scalar else _scalar_const(idx, t)
+        if c is not None:
+            cone.consts.add(t)
+            continue
+        p = idx.producer.get(t)
+        k = 0 if p is None else _node_class(idx, p)
+        if k == 0 or (anchor is not None and p != anchor and idx.ops[p] in ANCHOR_OPS):
+            if idx.is_overridable(t):
+                cone.overridable.append(t)
+            cone.sources.append(t)
+            if fail_fast:
+                return cone
+            continue
+        if len(cone.nodes) >= MAX_REGION_NODES:
+            cone.truncated = True
+            cone.sources.append(t)
+            if fail_fast:
+                return cone
+            continue
+        cone.nodes.add(p)
+        todo.extend(idx.ins[p])
+    return cone
+
+
+def root_candidates(idx: GraphIndex, anchor: int) -> list[str]:
+    """Tensors reachable forward from the anchor through elementwise nodes,
+    farthest first (the largest region that checks out wins)."""
+    out = idx.node(anchor).output[0]
+    found: list[tuple[int, str]] = []
+    frontier = [(out, 0)]
+    seen = {out}
+    while frontier:
+        t, d = frontier.pop()
+        if d >= MAX_ROOT_DEPTH:
+            continue
+        for c in idx.consumers.get(t, []):
+            if not _node_class(idx, c) or idx.ops[c] in ANCHOR_OPS:
+                continue
+            o = idx.nodes[c].output[0]
+            if o not in seen:
+                seen.add(o)
+                found.append((d + 1, o))
+                frontier.append((o, d + 1))
+    found.sort(key=lambda p: -p[0])
+    return [t for _, t in found]
+
+
+def leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
+    """Non-constant tensors upstream of the anchor, nearest first. x sits at
+    most a few elementwise hops above the transcendental in every spelling."""
+    out: list[str] = []
+    q = deque((n, 0) for n in idx.ins[anchor])
+    seen = {n for n, _ in q}
+    while q:
+        t, d = q.popleft()
+        if _scalar_const(idx, t) is not None:
+            continue
+        out.append(t)
+        p = idx.producer.get(t)
+        if d >= MAX_LEAF_DEPTH or p is None or _node_class(idx, p) != 1 or idx.ops[p] in ANCHOR_OPS:
+            continue
+        for n in idx.ins[p]:
+            if n not in seen:
+                seen.add(n)
+                q.append((n, d + 1))
+    return out
+
+
+def find_leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str]):
+    """The nearest candidate that dominates the root's cone, with that cone."""
+    for t in candidates:
+        sub = cone(idx, root, frozenset([t]), anchor, fail_fast=True)
+        if sub.sources == [t] and anchor in sub.nodes and not sub.truncated:
+            return t, sub
+    return None, None

@@ -1,0 +1,70 @@
+"""What a fuse pass reports: one Fusion per GELU rewritten (or found), the
+near-misses, notes; ``FuseResult.as_dict()`` is ``gelu-onnx fuse --json``."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from onnx import ModelProto
+
+from .. import contract as C
+from .graph import GraphIndex
+from .match import Match
+from .nearmiss import NearMiss
+from .targets import Emission
+
+
+@dataclass
+class Fusion:
+    form: str
+    bias: bool
+    alpha: float | None
+    graph: str
+    root: str
+    nodes: list[str]
+    dtype: str
+    op: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FuseResult:
+    model: ModelProto
+    target: str
+    fusions: list[Fusion] = field(default_factory=list)
+    near_misses: list[NearMiss] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # GELUs already written as the target's own op, with nothing to absorb.
+    already: list[Fusion] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        by_form: dict[str, int] = {}
+        for f in self.fusions:
+            by_form[f.form] = by_form.get(f.form, 0) + 1
+        return {
+            "target": self.target,
+            "fused": len(self.fusions),
+            "by_form": by_form,
+            "near_misses": len(self.near_misses),
+            "already_target_ops": len(self.already),
+            "notes": list(self.notes),
+        }
+
+    def as_dict(self) -> dict:
+        """The report as `gelu-onnx fuse --json` prints it (same field names;
+        the CLI adds ok, input and output)."""
+        d = self.summary()
+        d["fusions"] = [f.as_dict() for f in self.fusions]
+        d["near_misses"] = [n.as_dict() for n in self.near_misses]
+        d["already_target_ops"] = [f.as_dict() for f in self.already]
+        return d
+
+
+def record(idx: GraphIndex, mt: Match, em: Emission, use_bias: bool, compute_type: int) -> Fusion:
+    names = [idx.node(i).name or f"{idx.node(i).op_type}#{i}" for i in mt.nodes]
+    if use_bias and mt.bias_node is not None:
+        bn = idx.node(mt.bias_node)
+        names.insert(0, bn.name or f"Add#{mt.bias_node}")
+    return Fusion(mt.form, use_bias, mt.alpha, idx.path, mt.root, names,
+                  C.FLOAT_DTYPES.get(compute_type, str(compute_type)), em.qualified)
