@@ -7,60 +7,32 @@ execution provider. Fused models also carry each op's math as a model-local
 function, so they run without the library too (ORT inlines the function when no
 kernel is registered); with the library registered ORT runs our kernels.
 
-Where the library is looked for, in order:
-  1. ``$GELU_ONNX_ORT_LIBRARY`` (a path to the .so);
-  2. ``gelu_onnx/_lib/`` next to this module (wheel or regular install);
-  3. the installed distribution's file list (scikit-build-core's editable
-     "redirect" mode keeps compiled files in site-packages while the .py files
-     stay in the source tree).
+Where the library is looked for: gelu_onnx.libs (``$GELU_ONNX_ORT_LIBRARY``,
+the package's ``_lib`` folder, the installed distribution).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from . import libs
 from .errors import InputError, UnsupportedError
 
 LIBRARY_NAME = "libgelu_onnx_ort.so"
 ENV_VAR = "GELU_ONNX_ORT_LIBRARY"
-DISTRIBUTION = "gelu-onnx"
-
-
-def _from_distribution() -> Path | None:
-    from importlib import metadata
-
-    try:
-        files = metadata.files(DISTRIBUTION) or ()
-    except metadata.PackageNotFoundError:  # a source checkout that is not installed
-        return None
-    for f in files:
-        if f.name == LIBRARY_NAME:
-            p = Path(f.locate())
-            if p.is_file():
-                return p
-    return None
 
 
 def library_path(required: bool = True) -> Path | None:
     """Path of the custom-op library. With ``required`` (default) a missing
     library raises UnsupportedError (or InputError for a bad
     $GELU_ONNX_ORT_LIBRARY); otherwise it returns None."""
-    env = os.environ.get(ENV_VAR)
-    if env:
-        p = Path(env)
-        if p.is_file():
-            return p.resolve()
-        if required:
-            raise InputError(f"{ENV_VAR}={env} is not a file")
-        return None
-    here = Path(__file__).resolve().parent / "_lib" / LIBRARY_NAME
-    if here.is_file():
-        return here
-    p = _from_distribution()
+    p = libs.find(LIBRARY_NAME, ENV_VAR)
     if p is None and required:
+        bad = libs.env_problem(ENV_VAR)
+        if bad:
+            raise InputError(bad)
         raise UnsupportedError(
             f"the gelu-onnx custom-op library ({LIBRARY_NAME}) is not built: reinstall with "
-            "`pip install .` (CMake needs ONNX Runtime headers, see DEVELOPERS.md) "
+            "`pip install .` (CMake needs ONNX Runtime headers, see plugins/README.md) "
             f"or set {ENV_VAR}"
         )
     return p

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import libs
 from .contract import DOMAIN, OP_TYPES, OPSET_VERSION
 from .errors import InputError, UnsupportedError
 
@@ -31,34 +32,11 @@ MIN_TENSORRT_MAJOR = 10  # IPluginV3
 _loaded: dict[int, Path] = {}  # id(plugin registry) -> library loaded into it
 
 
-def find_package_file(name: str, env_var: str | None = None) -> Path | None:
-    """A file built into the package's ``_lib`` folder: $env_var, the package
-    folder next to this module, then the installed distribution's file list."""
-    if env_var and os.environ.get(env_var):
-        p = Path(os.environ[env_var])
-        return p if p.is_file() else None
-    here = Path(__file__).resolve().parent / "_lib" / name
-    if here.is_file():
-        return here
-    from importlib import metadata
-
-    try:
-        files = metadata.files("gelu-onnx") or ()
-    except metadata.PackageNotFoundError:  # a source checkout, not installed
-        return None
-    for f in files:
-        if f.name == name and f.parent.name == "_lib":
-            p = Path(f.locate())
-            if p.is_file():
-                return p
-    return None
-
-
 def plugin_library_path(autoreg: bool = False) -> Path:
     """Path of libgelu_onnx_trt.so (or, with ``autoreg``, of the variant that
     registers itself when loaded), or UnsupportedError saying why there is none."""
     name = PLUGIN_AUTOREG_LIBRARY if autoreg else PLUGIN_LIBRARY
-    p = find_package_file(name, None if autoreg else PLUGIN_ENV)
+    p = libs.find(name, None if autoreg else PLUGIN_ENV)
     if p is None:
         if os.environ.get(PLUGIN_ENV) and not autoreg:
             raise UnsupportedError(f"{PLUGIN_ENV}={os.environ[PLUGIN_ENV]} is not a file")

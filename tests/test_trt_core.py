@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gelu_onnx import contract
-from gelu_onnx.tensorrt import find_package_file
+from gelu_onnx import libs
 
 REPO = Path(__file__).resolve().parents[1]
 CORE_TEST = "gelu_trt_core_test"
@@ -28,7 +28,7 @@ AUTOREG_TEST = "gelu_trt_autoreg_test"
 
 @pytest.fixture(scope="module")
 def core_test_binary(tmp_path_factory) -> Path:
-    found = find_package_file(CORE_TEST, "GELU_ONNX_TRT_CORE_TEST")
+    found = libs.find(CORE_TEST, "GELU_ONNX_TRT_CORE_TEST")
     if found is not None:
         return found
     cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
@@ -80,7 +80,7 @@ def test_plugin_layer_checks_pass(name, env):
     """The TensorRT-facing layer driven through the real TensorRT interfaces, and
     the load-time registration of the autoreg library (both exist only when the
     package was built against TensorRT; they need libnvinfer, not a GPU)."""
-    exe = find_package_file(name, env)
+    exe = libs.find(name, env)
     if exe is None:
         pytest.skip("the TensorRT plugin was not built (no TensorRT >= 10 / CUDA at build time)")
     r = subprocess.run([str(exe)], check=False, capture_output=True, text=True, timeout=300)

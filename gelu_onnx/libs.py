@@ -1,0 +1,49 @@
+"""One finder for what the native build put next to the package
+(``gelu_onnx/_lib``): the ONNX Runtime custom-op library, the TensorRT plugin
+libraries, the native test programs.
+
+Looked for, in order:
+  1. an environment variable naming the file (e.g. ``$GELU_ONNX_ORT_LIBRARY``);
+  2. ``gelu_onnx/_lib/`` next to this module (wheel or regular install);
+  3. the installed distribution's file list (scikit-build-core's editable
+     "redirect" mode keeps compiled files in site-packages while the .py files
+     stay in the source tree).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DISTRIBUTION = "gelu-onnx"
+FOLDER = "_lib"
+
+
+def find(name: str, env_var: str | None = None) -> Path | None:
+    """The built file ``name``, or None. When ``env_var`` is set it alone
+    decides (None if it names no file: see env_problem)."""
+    if env_var and os.environ.get(env_var):
+        p = Path(os.environ[env_var])
+        return p.resolve() if p.is_file() else None
+    here = Path(__file__).resolve().parent / FOLDER / name
+    if here.is_file():
+        return here
+    from importlib import metadata
+
+    try:
+        files = metadata.files(DISTRIBUTION) or ()
+    except metadata.PackageNotFoundError:  # a source checkout, not installed
+        return None
+    for f in files:
+        if f.name == name and f.parent.name == FOLDER:
+            p = Path(f.locate())
+            if p.is_file():
+                return p
+    return None
+
+
+def env_problem(env_var: str) -> str | None:
+    """'VAR=value is not a file' when the variable is set to something else."""
+    v = os.environ.get(env_var)
+    if v and not Path(v).is_file():
+        return f"{env_var}={v} is not a file"
+    return None
