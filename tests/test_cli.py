@@ -18,8 +18,7 @@ from onnx import helper
 from gelu_onnx import cli, contract, onnxio, ortinfo
 from gelu_onnx.errors import UnsupportedError
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_parity import gelu_model, save  # noqa: E402
+from model_helpers import gelu_model, save
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ("fuse", "inspect", "check", "bench")

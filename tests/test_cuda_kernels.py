@@ -1,7 +1,7 @@
 """The CUDA kernels on a real device, through their C ABI (gelu_cuda_launch,
 ctypes) with torch for device memory and the stream. They must compute what
 the CPU kernels compute — the same scalar math (erf in the all-float variant, the CPU default),
-explicit FMAs only — bit for bit, and so stay within tests/test_kernels.py's
+explicit FMAs only — bit for bit, and so stay within tests/test_cpu_kernels.py's
 float64 bounds: every form x dtype, bias, unaligned pointers and odd lengths
 (the scalar paths beside the 128-bit ones), and a tensor of more than 2^31
 elements (64-bit indexing).
@@ -16,18 +16,13 @@ import ctypes
 
 import numpy as np
 import pytest
-from test_kernels import DTYPES, FORMS, check_f32, f32_sweep, run
+from kernel_helpers import DTYPES, FORMS, check_f32, f32_sweep, run
 
-from gelu_onnx import contract, ortlib
+from gelu_onnx import contract
 
 ALPHA = np.float32(contract.QUICK_GELU_ALPHA)
 GELU_ERR_NO_CUDA = 6
 INT_VIEW = {np.dtype(np.float32): np.int32, np.dtype(np.float16): np.int16, DTYPES["bfloat16"][1]: np.int16}
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return ortlib.kernel_library()
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ fp16, or an fp32 chain Cast-wrapped from fp16/bf16), optional bias Add in front,
 optional wrapping in an If branch or a Loop body, optionally one constant perturbed
 (a little or a lot) and optionally one intermediate given an extra reader or made a
 graph output. Whether the chain must fuse is decided independently
-(gelu_graphs.expected_verdict: float64 function error of the rounded constants vs
+(graph_build.expected_verdict: float64 function error of the rounded constants vs
 the exact GELU, same per-dtype thresholds as the contract; examples within 4x of a
 threshold are discarded as grid-dependent). Then the corpus checks run:
 fusion count/form, never-fuse rules, near-miss codes, onnx.checker, IR <= 13,
@@ -20,7 +20,9 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-import gelu_graphs as G
+import corpus_checks as checks
+import gelu_corpus as corpus
+import graph_build as GB
 import onnx
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
@@ -29,15 +31,15 @@ from gelu_onnx import contract as C
 
 EXAMPLES = int(os.environ.get("GELU_ONNX_FUZZ_EXAMPLES", "150"))
 OUTCOMES: dict[str, list[str]] = defaultdict(list)
-_DTYPE_MODES = {"float32": (G.F32, False), "float16": (G.F16, False),
-                "wrap-fp16": (G.F16, True), "wrap-bf16": (G.BF16, True)}
+_DTYPE_MODES = {"float32": (GB.F32, False), "float16": (GB.F16, False),
+                "wrap-fp16": (GB.F16, True), "wrap-bf16": (GB.BF16, True)}
 _CONST_KEYS = {}  # family -> float constant keys it uses (perturbation targets)
 
 
 def _const_keys(family):
     if family not in _CONST_KEYS:
-        b = G.Builder()
-        G.gelu(b, family, b.input("x", G.F32, [2, G.H]))
+        b = GB.Builder()
+        GB.gelu(b, family, b.input("x", GB.F32, [2, GB.H]))
         _CONST_KEYS[family] = sorted(k for k in b.top.chains[0].consts if k != "three")
     return _CONST_KEYS[family]
 
@@ -58,9 +60,9 @@ class Spec:
 
 @st.composite
 def specs(draw):
-    family = draw(st.sampled_from(sorted(G.FAMILIES)))
-    form = G.FAMILIES[family].form
-    bits = tuple(draw(st.lists(st.booleans(), min_size=G.n_commutative(family), max_size=G.n_commutative(family))))
+    family = draw(st.sampled_from(sorted(GB.FAMILIES)))
+    form = GB.FAMILIES[family].form
+    bits = tuple(draw(st.lists(st.booleans(), min_size=GB.n_commutative(family), max_size=GB.n_commutative(family))))
     perturb = None
     if draw(st.integers(0, 2)) == 0:
         if form == "sigmoid":
@@ -68,7 +70,7 @@ def specs(draw):
             perturb = ("alpha", alpha)
         else:
             key = draw(st.sampled_from(_const_keys(family)))
-            base = {**G.DEFAULTS, **G.FAMILIES[family].consts}[key]
+            base = {**GB.DEFAULTS, **GB.FAMILIES[family].consts}[key]
             rel = draw(st.sampled_from((-1, 1))) * 10 ** draw(st.floats(-9.0, -0.5))
             perturb = (key, base * (1 + rel))
     extra = None
@@ -77,21 +79,21 @@ def specs(draw):
     return Spec(family, bits, draw(st.sampled_from(sorted(_DTYPE_MODES))),
                 draw(st.sampled_from(("init", "init1", "const", "const1", "value_float", "f64cast"))),
                 draw(st.booleans()), draw(st.sampled_from((None, "if", "loop"))), perturb, extra,
-                draw(st.sampled_from(G.TARGETS)), draw(st.sampled_from((17, 17, 20))))
+                draw(st.sampled_from(GB.TARGETS)), draw(st.sampled_from((17, 17, 20))))
 
 
-def _gelu_in(g: G.Builder, s: Spec, x: str, outer: int, wrap: bool, ok: bool):
+def _gelu_in(g: GB.Builder, s: Spec, x: str, outer: int, wrap: bool, ok: bool):
     """[MatMul+Add bias ->] [Cast f32 ->] GELU [-> Cast back]; returns (y, extra tensor | None)."""
     h, add = x, None
-    if s.bias and outer != G.BF16:  # ORT CPU has no bfloat16 MatMul/Add: keep every example runnable
-        h = g.node("MatMul", [h, g.weight("W", [G.H, G.H], outer, style="outer")])
-        h = g.node("Add", [h, g.weight("bias", [G.H], outer, style="outer")])
+    if s.bias and outer != GB.BF16:  # ORT CPU has no bfloat16 MatMul/Add: keep every example runnable
+        h = g.node("MatMul", [h, g.weight("W", [GB.H, GB.H], outer, style="outer")])
+        h = g.node("Add", [h, g.weight("bias", [GB.H], outer, style="outer")])
         add = g.last
     cin = None
     if wrap:
-        h, cin = g.node("Cast", [h], to=G.F32), g.last
+        h, cin = g.node("Cast", [h], to=GB.F32), g.last
     consts = {s.perturb[0]: s.perturb[1]} if s.perturb else None
-    y = G.gelu(g, s.family, h, consts=consts, ok=ok, dtype=G.F32 if wrap else outer)
+    y = GB.gelu(g, s.family, h, consts=consts, ok=ok, dtype=GB.F32 if wrap else outer)
     ch = g.top.chains[-1]
     if add and ok:
         ch.aux.add(add)
@@ -109,26 +111,26 @@ def _gelu_in(g: G.Builder, s: Spec, x: str, outer: int, wrap: bool, ok: bool):
     return y, extra
 
 
-def build(s: Spec) -> G.Case:
+def build(s: Spec) -> corpus.Case:
     outer, wrap = _DTYPE_MODES[s.dtype_mode]
-    inner = G.F32 if wrap else outer
+    inner = GB.F32 if wrap else outer
     # The independent verdict on the (rounded) constants of this chain.
-    probe = G.Builder(inner)
-    G.gelu(probe, s.family, probe.input("x", inner, [2, G.H]),
+    probe = GB.Builder(inner)
+    GB.gelu(probe, s.family, probe.input("x", inner, [2, GB.H]),
            consts={s.perturb[0]: s.perturb[1]} if s.perturb else None)
     pch = probe.top.chains[0]
-    verdict = G.expected_verdict(pch.form, pch.consts, C.FLOAT_DTYPES[inner])
+    verdict = GB.expected_verdict(pch.form, pch.consts, C.FLOAT_DTYPES[inner])
     assume(verdict is not None)
     ok = verdict and s.extra is None
 
-    b = G.Builder(outer, opset=s.opset, style=s.style, orders=G.Orders(s.bits))
-    x = b.input("x", outer, ["N", 3, G.H])
-    xtype = {True: G.F32, False: outer}[wrap]
+    b = GB.Builder(outer, opset=s.opset, style=s.style, orders=GB.Orders(s.bits))
+    x = b.input("x", outer, ["N", 3, GB.H])
+    xtype = {True: GB.F32, False: outer}[wrap]
     if s.wrapper is None:
         y, extra = _gelu_in(b, s, x, outer, wrap, ok)
         outs = [(y, outer)] + ([(extra, xtype)] if extra else [])
     elif s.wrapper == "if":
-        cond = b.input("cond", G.BOOL, [])
+        cond = b.input("cond", GB.BOOL, [])
         ifn = b.fresh("If")
         t = b.sub(f"{ifn}/then_branch")
         y, extra = _gelu_in(t, s, x, outer, wrap, ok)
@@ -147,23 +149,23 @@ def build(s: Spec) -> G.Case:
     else:
         ln = b.fresh("Loop")
         body = b.sub(f"{ln}/body")
-        body.input(b.fresh("iter"), G.INT64, [])
-        c_in = body.input(b.fresh("cond_in"), G.BOOL, [])
+        body.input(b.fresh("iter"), GB.INT64, [])
+        c_in = body.input(b.fresh("cond_in"), GB.BOOL, [])
         xc = body.input(b.fresh("x_carried"), outer, None)
         y, extra = _gelu_in(body, s, xc, outer, wrap, ok)
-        body.output(body.node("Identity", [c_in]), G.BOOL, [])
+        body.output(body.node("Identity", [c_in]), GB.BOOL, [])
         body.output(y, outer, None)
         outs = [(None, outer)]
         if extra:
             body.output(extra, xtype, None)
             outs.append((None, xtype))
-        trip = b.weight("trip", [], G.INT64, values=2)
+        trip = b.weight("trip", [], GB.INT64, values=2)
         names = b.node("Loop", [trip, "", x], name=ln, n_out=len(outs), body=body.graph("body"))
         names = names if isinstance(names, list) else [names]
         outs = [(n, tp) for n, (_, tp) in zip(names, outs)]
         if extra:  # scan outputs stack one more leading axis
-            b.output(outs[0][0], outer, ["N", 3, G.H])
-            b.output(outs[1][0], xtype, [2, "N", 3, G.H])
+            b.output(outs[0][0], outer, ["N", 3, GB.H])
+            b.output(outs[1][0], xtype, [2, "N", 3, GB.H])
             outs = []
     for name, tp in outs:
         b.output(name, tp, None)
@@ -173,7 +175,7 @@ def build(s: Spec) -> G.Case:
     elif not verdict and s.extra is None:
         a = pch.consts.get("alpha")
         codes = (("silu",) if a == 1.0 else ("alpha-range",)) if pch.form == "sigmoid" else ("tolerance",)
-    return G.Case(f"fuzz/{s.family}", b.model(), list(b.chains), codes, f"verdict={verdict}")
+    return corpus.Case(f"fuzz/{s.family}", b.model(), list(b.chains), codes, f"verdict={verdict}")
 
 
 @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None, print_blob=True,
@@ -184,9 +186,9 @@ def test_fuzz_fuse(s):
     note(f"expected fusions: {case.expected(s.target)}; near-miss codes required: {case.near_miss}")
     note(onnx.printer.to_text(case.model))
     onnx.checker.check_model(case.model, full_check=True)
-    res = G.fuse_and_check(case, s.target, OUTCOMES)
+    res = checks.fuse_and_check(case, s.target, OUTCOMES)
     if res is not None:
-        note("fusions: " + G.describe_fusions(res.fusions))
+        note("fusions: " + checks.describe_fusions(res.fusions))
         note("near-misses: " + "; ".join(f"{m.code}: {m.reason}" for m in res.near_misses))
         if s.extra:  # the never-fuse rule, stated directly as well
             assert not res.fusions, "an intermediate with another reader was fused away"

@@ -23,11 +23,6 @@ KDT = {TP.FLOAT: 0, TP.FLOAT16: 1, TP.BFLOAT16: 2}
 FORM_ID = {"erf": 0, "tanh": 1, "sigmoid": 2}
 
 
-@pytest.fixture(scope="module")
-def lib():
-    return ortlib.kernel_library()
-
-
 def make_model(op_type, dtype=TP.FLOAT, x_shape=("N", "H"), bias_shape=("H",), alpha=None,
                with_function=False, bias_dtype=None, opset=17):
     form, bias = contract.FORM_OF_OP_TYPE[op_type]

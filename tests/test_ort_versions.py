@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper
-from test_kernels import check_f32, reference, run
+from kernel_helpers import check_f32, reference, run
 
 from gelu_onnx import contract, ortlib
 
@@ -145,7 +145,7 @@ def test_library_in_older_onnxruntime(version, tmp_path):
         assert y.dtype == x.dtype and y.shape == x.shape
         assert np.array_equal(y.view(np.uint16 if x.dtype == np.float16 else np.uint32),
                               want.view(np.uint16 if x.dtype == np.float16 else np.uint32)), name
-        # and within tests/test_kernels.py's float64 bounds
+        # and within tests/test_cpu_kernels.py's float64 bounds
         v = (x.astype(np.float32) + (0 if b is None else b.astype(np.float32))).ravel()
         if x.dtype == np.float32:
             check_f32(case["form"], v, y.ravel())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_kernels import ISA_FLAGS, ULP_BOUND, cpu_flags
+from kernel_helpers import ISA_FLAGS, ULP_BOUND, cpu_flags
 
 REPO = Path(__file__).resolve().parents[1]
 

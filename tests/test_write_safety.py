@@ -11,40 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as T
-from onnx import helper as h
-from onnx import numpy_helper as nh
 
 from gelu_onnx import onnxio
+from model_helpers import external_model
 
 REPO = Path(__file__).resolve().parents[1]
-H = 64
 
 
 def gelu(*args, env=None):
     e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
     return subprocess.run([sys.executable, "-m", "gelu_onnx", *map(str, args)], capture_output=True, text=True,
                           env=e, timeout=300)
-
-
-def external_model(folder: Path, data: str = "w.bin", seed: int = 0) -> Path:
-    """x @ W (W in external file `data`) -> erf GELU."""
-    rng = np.random.default_rng(seed)
-    w = nh.from_array(rng.standard_normal((H, H)).astype(np.float32), "W")
-    c = [h.make_tensor(n, T.FLOAT, [], [v]) for n, v in (("r2", 2**0.5), ("one", 1.0), ("half", 0.5))]
-    nodes = [h.make_node("MatMul", ["x", "W"], ["m"]), h.make_node("Div", ["m", "r2"], ["d"]),
-             h.make_node("Erf", ["d"], ["e"]), h.make_node("Add", ["e", "one"], ["p"]),
-             h.make_node("Mul", ["m", "p"], ["q"]), h.make_node("Mul", ["q", "half"], ["y"])]
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["n", H])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["n", H])], [w, *c])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "model.onnx"
-    onnx.save(m, str(path), save_as_external_data=True, location=data, size_threshold=1024)
-    return path
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -3,7 +3,7 @@ line, nothing is written, the input is untouched and nothing outside the
 model's folder is read.
 
 The corpus is generated at test time (no binaries in git).  ``build_case``
-and ``CASES`` are reused by tests/test_hostile_cli.py.  Escape cases point
+and ``CASES`` are reused by tests/test_cli_hostile.py.  Escape cases point
 their external data at a FIFO outside the model folder: opening it for
 reading would block, so an alarm turns any such read into a failure.
 """

@@ -1,4 +1,4 @@
-"""The hand-built corpus (tests/gelu_graphs.py) through fuse_with_report and inspect.
+"""The hand-built corpus (tests/gelu_corpus.py) through fuse_with_report and inspect.
 
 For every case and target: the expected fusions (count, form, bias, dtype, graph,
 op), onnx.checker full_check, IR <= 13, required near-miss codes, nodes outside the
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import gelu_graphs as G
+import corpus_checks as checks
+import gelu_corpus as corpus
+import graph_build as GB
 import numpy as np
 import onnx
 import pytest
@@ -19,7 +21,7 @@ import pytest
 import gelu_onnx
 from gelu_onnx import contract as C
 
-CASES = G.all_cases()
+CASES = corpus.all_cases()
 IDS = [c.name for c in CASES]
 # What the fuser did where the contract leaves a choice: printed by the last test.
 OUTCOMES: dict[str, list[str]] = defaultdict(list)
@@ -31,14 +33,14 @@ OUTCOMES: dict[str, list[str]] = defaultdict(list)
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_corpus_case_is_what_it_claims(case):
     onnx.checker.check_model(case.model, full_check=True)
-    names = [n.name for n in G.iter_nodes(case.model.graph)]
+    names = [n.name for n in checks.iter_nodes(case.model.graph)]
     assert len(names) == len(set(names)), "node names must be unique (the untouched check keys on them)"
     for ch in case.chains:
         assert ch.nodes and ch.roots and ch.nodes <= set(names)
         if ch.expect["inspect"]:  # a GELU by the independent float64 measure
-            assert G.expected_verdict(ch.form, ch.consts, ch.dtype) is True, f"{ch.family}: {ch.consts}"
+            assert GB.expected_verdict(ch.form, ch.consts, ch.dtype) is True, f"{ch.family}: {ch.consts}"
     if "tolerance" in case.near_miss:  # ...and the perturbed chain clearly is not
-        assert any(G.expected_verdict(ch.form, ch.consts, ch.dtype) is False for ch in case.chains)
+        assert any(GB.expected_verdict(ch.form, ch.consts, ch.dtype) is False for ch in case.chains)
 
 
 def _single_chain_plain(case):
@@ -46,7 +48,7 @@ def _single_chain_plain(case):
     if len(case.chains) != 1 or len(g.input) != 1 or len(g.output) != 1:
         return None
     ch = case.chains[0]
-    if ch.family not in G.FAMILIES or g.output[0].name not in ch.roots or g.input[0].name != "x" or ch.graph:
+    if ch.family not in GB.FAMILIES or g.output[0].name not in ch.roots or g.input[0].name != "x" or ch.graph:
         return None
     return ch
 
@@ -57,15 +59,15 @@ def test_corpus_graph_computes_its_formula(case):
     """The original graph, run in ORT (onnx.reference for bf16/f64 gaps), computes the
     chain formula with its recorded constants: the builders spell what they claim."""
     ch = _single_chain_plain(case)
-    feed = G.make_feeds(case.model, G.seed_of(case.name))[0]
+    feed = checks.make_feeds(case.model, checks.seed_of(case.name))[0]
     via_ref = False
     try:
-        got = G.run_ort(case.model, feed, optimize=False)[0]
-    except G.NotRunnable:
-        got, via_ref = G.run_reference(case.model, feed)[0], True
+        got = checks.run_ort(case.model, feed, optimize=False)[0]
+    except checks.NotRunnable:
+        got, via_ref = checks.run_reference(case.model, feed)[0], True
     x = feed["x"].astype(np.float64)
-    want = G.chain_function(ch.form, ch.consts, x)
-    tol = G.tolerance(C.FLOAT_DTYPES[case.model.graph.output[0].type.tensor_type.elem_type], via_ref)
+    want = GB.chain_function(ch.form, ch.consts, x)
+    tol = checks.tolerance(C.FLOAT_DTYPES[case.model.graph.output[0].type.tensor_type.elem_type], via_ref)
     err = np.abs(got.astype(np.float64) - want) - (tol["atol"] + tol["rtol"] * np.abs(want))
     assert err.max() <= 0, f"graph deviates from its formula by {err.max()} beyond tolerance"
 
@@ -75,7 +77,7 @@ def test_fp32_sqrt2_rounded_like_fp16_is_outside_fp32_tolerance():
     2.6e-5 (relative to max(|x|,1)) from the exact GELU: 26x the fp32 match tolerance
     and above the 1e-5 fp32 parity goal, so fusing would change the model's outputs."""
     k = {"sqrt2": 1.4140625, "one": 1.0, "half": 0.5}
-    err = G.function_error("erf", k)
+    err = GB.function_error("erf", k)
     assert 2e-5 < err < 3e-5
     assert err > C.MATCH_TOLERANCE["float32"] * 4 and err > C.PARITY_TOLERANCE["float32"]["rtol"]
     # ...while the same constant in an fp16 graph is an ordinary fp16 rounding.
@@ -85,10 +87,10 @@ def test_fp32_sqrt2_rounded_like_fp16_is_outside_fp32_tolerance():
 # --------------------------------------------------------------------------
 # Through the fuser
 # --------------------------------------------------------------------------
-@pytest.mark.parametrize("target", G.TARGETS)
+@pytest.mark.parametrize("target", GB.TARGETS)
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_fuse(case, target):
-    G.fuse_and_check(case, target, OUTCOMES)
+    checks.fuse_and_check(case, target, OUTCOMES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -96,14 +98,14 @@ def test_inspect(case):
     before = case.model.SerializeToString()
     rep = gelu_onnx.inspect(case.model)
     assert case.model.SerializeToString() == before, "inspect modified its input model"
-    G.check_fusions(case, "inspect", rep.fusions, OUTCOMES)
-    G.check_near_misses(case, rep.near_misses, "inspect")
+    checks.check_fusions(case, "inspect", rep.fusions, OUTCOMES)
+    checks.check_near_misses(case, rep.near_misses, "inspect")
 
 
 def test_zz_print_recorded_outcomes(capsys):
     """Not a check: prints what the fuser chose where the contract leaves a choice."""
     with capsys.disabled():
-        print("\n--- gelu_graphs recorded outcomes ---")
+        print("\n--- corpus recorded outcomes ---")
         for k, v in sorted(OUTCOMES.items()):
             print(f"{k}: {len(v)}")
             for line in sorted(set(v))[:12]:

@@ -9,7 +9,6 @@ import math
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper
@@ -18,48 +17,12 @@ from scipy.special import erf
 
 from gelu_onnx import contract, ortinfo, verify
 from gelu_onnx.errors import InputError, UnsupportedError
+from model_helpers import gelu_model, save
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 # --- hand-built models (shared with test_cli.py) -------------------------------------
-
-
-def gelu_model(kind: str = "erf", dtype: int = T.FLOAT, ir: int = 10, dims=("batch", 8)) -> onnx.ModelProto:
-    """y = GELU(x) spelled as: 'erf' decomposed (x/sqrt2), 'gelu20' ONNX Gelu,
-    'wrong' decomposed with x/2 (not a GELU). fp16/bf16 I/O is cast to float
-    around the math, as mixed-precision exports do (ORT CPU lacks bf16 math)."""
-    x = helper.make_tensor_value_info("x", dtype, list(dims))
-    y = helper.make_tensor_value_info("y", dtype, list(dims))
-    nodes, inits = [], []
-    src = "x"
-    if dtype != T.FLOAT:
-        nodes.append(helper.make_node("Cast", ["x"], ["xf"], to=T.FLOAT))
-        src = "xf"
-    out = "yf" if dtype != T.FLOAT else "y"
-    if kind == "gelu20":
-        nodes.append(helper.make_node("Gelu", [src], [out]))
-    else:
-        div = math.sqrt(2) if kind == "erf" else 2.0
-        inits = [nh.from_array(np.array(v, np.float32), n) for n, v in (("c_div", div), ("c_one", 1.0), ("c_half", 0.5))]
-        nodes += [
-            helper.make_node("Div", [src, "c_div"], ["d"]),
-            helper.make_node("Erf", ["d"], ["e"]),
-            helper.make_node("Add", ["e", "c_one"], ["a"]),
-            helper.make_node("Mul", [src, "a"], ["m"]),
-            helper.make_node("Mul", ["m", "c_half"], [out]),
-        ]
-    if dtype != T.FLOAT:
-        nodes.append(helper.make_node("Cast", ["yf"], ["y"], to=dtype))
-    g = helper.make_graph(nodes, "g", [x], [y], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
-    m.ir_version = ir
-    return m
-
-
-def save(m: onnx.ModelProto, path) -> str:
-    onnx.save_model(m, str(path))
-    return str(path)
 
 
 def gelu64(x):

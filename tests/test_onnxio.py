@@ -1,7 +1,7 @@
 """gelu_onnx.onnxio on valid models: what loads, what is written, external data
 kept external (never loaded), the output folder self-contained, IR clamping.
 
-Hostile inputs are in tests/test_hostile.py.  The > 2 GB round trip needs
+Hostile inputs are in tests/test_onnxio_hostile.py.  The > 2 GB round trip needs
 ~7 GB of RAM and a minute: it runs with GELU_ONNX_LARGE_TESTS=1.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from gelu_onnx import onnxio
 from gelu_onnx.onnxio.tensors import external_info
 from gelu_onnx.errors import InputError, UnsafeModelError
 
-_spec = importlib.util.spec_from_file_location("_hostile_corpus", Path(__file__).with_name("test_hostile.py"))
+_spec = importlib.util.spec_from_file_location("_hostile_corpus", Path(__file__).with_name("test_onnxio_hostile.py"))
 hostile = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = hostile
 _spec.loader.exec_module(hostile)

@@ -1,0 +1,69 @@
+"""Small hand-built models shared by several test files (each built from the
+op contract, not from the fuser)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+EXTERNAL_H = 64  # hidden size of external_model
+
+
+def gelu_model(kind: str = "erf", dtype: int = T.FLOAT, ir: int = 10, dims=("batch", 8)) -> onnx.ModelProto:
+    """y = GELU(x) spelled as: 'erf' decomposed (x/sqrt2), 'gelu20' ONNX Gelu,
+    'wrong' decomposed with x/2 (not a GELU). fp16/bf16 I/O is cast to float
+    around the math, as mixed-precision exports do (ORT CPU lacks bf16 math)."""
+    x = helper.make_tensor_value_info("x", dtype, list(dims))
+    y = helper.make_tensor_value_info("y", dtype, list(dims))
+    nodes, inits = [], []
+    src = "x"
+    if dtype != T.FLOAT:
+        nodes.append(helper.make_node("Cast", ["x"], ["xf"], to=T.FLOAT))
+        src = "xf"
+    out = "yf" if dtype != T.FLOAT else "y"
+    if kind == "gelu20":
+        nodes.append(helper.make_node("Gelu", [src], [out]))
+    else:
+        div = math.sqrt(2) if kind == "erf" else 2.0
+        inits = [nh.from_array(np.array(v, np.float32), n) for n, v in (("c_div", div), ("c_one", 1.0), ("c_half", 0.5))]
+        nodes += [
+            helper.make_node("Div", [src, "c_div"], ["d"]),
+            helper.make_node("Erf", ["d"], ["e"]),
+            helper.make_node("Add", ["e", "c_one"], ["a"]),
+            helper.make_node("Mul", [src, "a"], ["m"]),
+            helper.make_node("Mul", ["m", "c_half"], [out]),
+        ]
+    if dtype != T.FLOAT:
+        nodes.append(helper.make_node("Cast", ["yf"], ["y"], to=dtype))
+    g = helper.make_graph(nodes, "g", [x], [y], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = ir
+    return m
+
+
+def save(m: onnx.ModelProto, path) -> str:
+    onnx.save_model(m, str(path))
+    return str(path)
+
+
+def external_model(folder: Path, data: str = "w.bin", seed: int = 0) -> Path:
+    """x @ W (W in external file `data`) -> erf GELU."""
+    rng = np.random.default_rng(seed)
+    w = nh.from_array(rng.standard_normal((EXTERNAL_H, EXTERNAL_H)).astype(np.float32), "W")
+    c = [h.make_tensor(n, T.FLOAT, [], [v]) for n, v in (("r2", 2**0.5), ("one", 1.0), ("half", 0.5))]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["m"]), h.make_node("Div", ["m", "r2"], ["d"]),
+             h.make_node("Erf", ["d"], ["e"]), h.make_node("Add", ["e", "one"], ["p"]),
+             h.make_node("Mul", ["m", "p"], ["q"]), h.make_node("Mul", ["q", "half"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["n", EXTERNAL_H])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["n", EXTERNAL_H])], [w, *c])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    onnx.save(m, str(path), save_as_external_data=True, location=data, size_threshold=1024)
+    return path
