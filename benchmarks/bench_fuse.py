@@ -222,8 +222,9 @@ def bench_model(name: str, path: str, out_dir: str, repeats: int, timeout: float
     _clean(out_dir)
     if os.path.exists(near):
         os.remove(near)
-    res = {"path": path, "file_bytes": os.path.getsize(path), "total_bytes": size, "external_data": ext,
-           "contenders": {}}
+    # results stay small tables: the model's name, not this machine's path
+    res = {"path": os.path.basename(path), "file_bytes": os.path.getsize(path), "total_bytes": size,
+           "external_data": ext, "contenders": {}}
     for label, rs in runs.items():
         ok = [x for x in rs if "error" not in x]
         row: dict = {"runs": rs}
@@ -239,6 +240,7 @@ def bench_model(name: str, path: str, out_dir: str, repeats: int, timeout: float
                 row["phases"] = phases
         else:
             row["error"] = rs[0].get("error") if rs else "not run"
+        row["runs"] = [slim(x) for x in rs]  # the child's per-GELU report is not a result
         res["contenders"][label] = row
     for label, why in skip.items():
         res["contenders"][label] = {"error": why}
@@ -253,6 +255,11 @@ def bench_model(name: str, path: str, out_dir: str, repeats: int, timeout: float
             row["rss_to_file"] = row["peak_rss"] / res["file_bytes"]
             row["rss_to_total"] = row["peak_rss"] / size
     return res
+
+
+def slim(run: dict) -> dict:
+    """One run as the results file keeps it: timings, memory, load, error."""
+    return {k: run[k] for k in ("seconds", "peak_rss", "loadavg_before", "error") if k in run}
 
 
 def _nodes(path: str) -> int:
