@@ -90,15 +90,17 @@ PHASES = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import onnx
-from gelu_onnx import api, onnxio
+from gelu_onnx import onnxio
+from gelu_onnx.fusion import plan as fusion, targets
+from gelu_onnx.fusion.report import FuseResult
 t1 = time.perf_counter()
 src, dst = sys.argv[1], sys.argv[2]
 loaded = onnxio.load_model(src)
 t2 = time.perf_counter()
-plan = api._plan(loaded.model, loaded.base_dir)
+plans = fusion.plan(loaded.model, loaded.base_dir)
 t3 = time.perf_counter()
-res = api.FuseResult(loaded.model, "custom")
-api._rewrite(loaded.model, plan, "custom", res)
+res = FuseResult(loaded.model, "custom")
+fusion.rewrite(loaded.model, plans, targets.get("custom"), res)
 t4 = time.perf_counter()
 onnxio.lower_ir_version(res.model)
 onnx.checker.check_model(res.model)
@@ -354,8 +356,8 @@ def markdown(doc: dict) -> str:
     if doc.get("synthetic"):
         lines += ["", "## Synthetic chains of N GELUs (bias Add + one of five spellings each)", "",
                   "`gelu-onnx` is the CLI end to end; the phase columns (µs per node) come from a separate "
-                  "in-process run of the same steps (onnxio.load_model, match = api._plan, api._rewrite, "
-                  "onnx.checker, io save).", "",
+                  "in-process run of the same steps (onnxio.load_model, match = fusion.plan, fusion.rewrite, "
+                  "onnx.checker, onnxio save).", "",
                   "| GELUs | nodes | gelu-onnx s | µs / node | µs / GELU | load | match | rewrite | check | save "
                   "| bare s | ORT s | ORT fused |",
                   "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
