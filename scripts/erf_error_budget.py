@@ -9,7 +9,7 @@ It prints, in units of u = 2^-24 (relative), the rounding error of the tail
 rational's numerator P and denominator Q (Horner in float32), of the division,
 and the approximation error of P/Q itself; then the max ulp error of y for the
 same structure with P and Q exact and with s = Phi(-|x|) correctly rounded.
-This is the measurement behind DEVELOPERS.md's "why the default erf mode is
+This is the measurement behind docs/kernels.md's "why the default erf mode is
 not <= 2 ulp": P and Q alone cost up to ~3.5 u each, and even a correctly
 rounded s followed by y = x * s reaches 2 ulp, so <= 2 ulp needs the tail and
 the final product in extended precision (the `precise` mode, double).

@@ -1,4 +1,4 @@
-// Timing probe behind DEVELOPERS.md "Why no single mode does both": would a
+// Timing probe behind docs/kernels.md "Why no single mode does both": would a
 // table-driven float erf kernel (the only all-float design found that could
 // reach <= 2 ulp) fit the speed budget of the default mode? Timing only: the
 // table entries are placeholders, the results are not checked.

@@ -2,7 +2,7 @@
 float64 reference (scipy) over dense sweeps and special values, for every form,
 dtype and CPU path this machine has.
 
-Stated bounds (also in DEVELOPERS.md), fp32, results in the normal range:
+Stated bounds (the table in docs/kernels.md), fp32, results in the normal range:
   erf      <= 6.5 ulp everywhere (default, all-float math), <= 1.5 ulp in the
            precise mode (GELU_ONNX_ERF=precise: tail rational in double);
            x*Phi(x) without cancellation, so the left tail keeps full

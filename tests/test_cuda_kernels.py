@@ -8,7 +8,7 @@ elements (64-bit indexing).
 
 Skips, saying why, without torch, without a CUDA device, or with a library
 built without CUDA. No GPU has been lent to this project's sessions so far:
-these tests have not run yet (DEVELOPERS.md, "GPU checks").
+these tests have not run yet (docs/kernels.md, "GPU checks").
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The two scripts behind DEVELOPERS.md's "why the default erf mode is not
+"""The two scripts behind docs/kernels.md's "why the default erf mode is not
 <= 2 ulp" stay runnable and keep saying what the docs quote from them.
 
 - scripts/erf_error_budget.py: its float32 emulation of the fast path must stay
