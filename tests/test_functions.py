@@ -1,4 +1,4 @@
-"""GELUs inside model-local functions (gelu_onnx/functions.py), on real exports.
+"""GELUs inside model-local functions (gelu_onnx/fusion/functions.py), on real exports.
 
 - torch's TorchScript exporter with ``export_modules_as_functions`` on a tiny
   Hugging Face BERT: the activation module as a function (GELU body fused in

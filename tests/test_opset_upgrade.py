@@ -1,5 +1,5 @@
 """`standard` below opset 20: the default-domain opset is raised op by op from
-the ONNX schemas (gelu_onnx.opset_upgrade), never by onnx.version_converter.
+the ONNX schemas (gelu_onnx.fusion.opset_upgrade), never by onnx.version_converter.
 
 Checks: every reviewed "same meaning" step really keeps the old signature in
 this onnx's schemas; adapted ops (Reduce* axes, Split) run like the original

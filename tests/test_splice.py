@@ -1,4 +1,4 @@
-"""gelu_onnx.splice: fusing a single-file model without re-serialising its weights.
+"""gelu_onnx.onnxio.splice: fusing a single-file model without re-serialising its weights.
 
 The reference for every output is the plain path (onnxio.load_model -> fuse ->
 onnx.checker -> onnxio.save_model) on the same file: the splice path must write
