@@ -105,7 +105,7 @@ t4 = time.perf_counter()
 onnxio.lower_ir_version(res.model)
 onnx.checker.check_model(res.model)
 t5 = time.perf_counter()
-loaded.save(res.model, dst)
+onnxio.save_model(res.model, dst, source=loaded)
 t6 = time.perf_counter()
 print(json.dumps({"import": t1 - t0, "load": t2 - t1, "match": t3 - t2, "rewrite": t4 - t3, "check": t5 - t4,
                   "save": t6 - t5, "fused": len(res.fusions)}))

@@ -5,18 +5,18 @@ __version__ = "0.1.0"
 
 from .contract import DOMAIN, OP_TYPES  # noqa: F401
 
-__all__ = ["fuse", "fuse_with_report", "inspect", "save", "fuse_file", "inspect_file", "check", "Fusion", "FuseResult", "session_options", "build_info",
-           "DOMAIN", "OP_TYPES", "__version__"]
+__all__ = ["fuse", "fuse_with_report", "inspect", "save", "fuse_file", "inspect_file", "check", "Fusion", "FuseResult",
+           "session_options", "build_info", "DOMAIN", "OP_TYPES", "__version__"]
 
 
 def __getattr__(name):
     # Lazy: importing the package must stay cheap and must not need
     # onnxruntime until a runtime feature is used.
-    if name in ("fuse", "fuse_with_report", "inspect", "save", "Fusion", "FuseResult"):
+    if name in ("fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult"):
         from . import api
 
         return getattr(api, name)
-    if name in ("fuse_file", "inspect_file"):
+    if name in ("fuse_file", "inspect_file", "save"):
         from . import files
 
         return getattr(files, name)

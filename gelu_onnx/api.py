@@ -11,7 +11,7 @@ from .fusion import plan as fusion
 from .fusion.report import Fusion, FuseResult
 from .fusion.targets import Target, TargetName
 
-__all__ = ["fuse", "fuse_with_report", "inspect", "save", "Fusion", "FuseResult", "ModelLike"]
+__all__ = ["fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult", "ModelLike"]
 
 # What the API takes as a model: a ModelProto, or a path to an .onnx file.
 ModelLike = ModelProto | str | os.PathLike
@@ -78,15 +78,3 @@ def inspect(model: ModelLike, target: TargetName | Target = "custom", *, base_di
     res = FuseResult(m, t.name)
     fusion.report(fusion.plan(m, base_dir), t, res)
     return res
-
-
-def save(model: ModelProto, path: str | os.PathLike, *, base_dir: str | None = None) -> str:
-    """Write ``model`` as ``gelu-onnx fuse`` writes its output
-    (gelu_onnx.files.write_model): the lowest IR version it needs, onnx.checker,
-    one atomic write (temp file + rename) that is rolled back if the checker
-    fails on the written file, a model over protobuf's 2 GB limit with its
-    tensors in ``<name>.data``, and external data files (relative to
-    ``base_dir``) copied next to it. Returns the path written."""
-    from .files import write_model
-
-    return write_model(model, path, base_dir=base_dir)

@@ -136,6 +136,16 @@ def inspect_file(src, target="custom") -> FileInspectResult:
     return FileInspectResult(src, rep, [warning] if warning else [])
 
 
+def save(model, path, *, base_dir: str | None = None) -> str:
+    """Write ``model`` as ``gelu-onnx fuse`` writes its output (write_model):
+    the lowest IR version it needs, onnx.checker, one atomic write (temp file
+    + rename) that is rolled back if the checker fails on the written file, a
+    model over protobuf's 2 GB limit with its tensors in ``<name>.data``, and
+    external data files (relative to ``base_dir``) copied next to it. Returns
+    the path written."""
+    return write_model(model, path, base_dir=base_dir)
+
+
 def check_input(model, src, skeleton=None) -> None:
     """The input must be a model a runtime would take: onnx.checker with
     strict type and shape inference (full_check). value_info that contradicts
@@ -195,7 +205,8 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
         if in_memory:
             _checker(model, shown)
         if source is not None:
-            saved = source.save(model, dst, overwrite_input=overwrite_input, keep_backups=True)
+            saved = onnxio.save_model(model, dst, source=source, overwrite_input=overwrite_input,
+                                         keep_backups=True)
         else:
             saved = onnxio.save_model(model, dst, source_dir=base_dir, keep_backups=True)
     if not in_memory:

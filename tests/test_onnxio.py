@@ -176,7 +176,7 @@ def test_external_roundtrip_to_other_folder(ext_model, tmp_path):
     lm = onnxio.load_model(path)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    saved = lm.save(lm.model, out_dir / "o.onnx")
+    saved = onnxio.save_model(lm.model, out_dir / "o.onnx", source=lm)
     assert sorted(os.listdir(out_dir)) == ["o.onnx", "weights.bin"]
     # a reflink clone or a copy, never a hard link: onnx >= 1.23 refuses to
     # load models whose data files have several links (the input's too)
@@ -199,7 +199,7 @@ def test_external_roundtrip_to_other_folder(ext_model, tmp_path):
 def test_external_save_same_folder_references_kept(ext_model):
     path, m = ext_model
     lm = onnxio.load_model(path)
-    saved = lm.save(lm.model, path.parent / "o.onnx")
+    saved = onnxio.save_model(lm.model, path.parent / "o.onnx", source=lm)
     assert saved.linked == saved.copied == [] and saved.data_files == []
     assert sorted(os.listdir(path.parent)) == ["m.onnx", "o.onnx", "weights.bin"]
     np.testing.assert_allclose(run(str(path.parent / "o.onnx"), X), ffn_reference(X, m), rtol=1e-5, atol=1e-5)
@@ -213,7 +213,7 @@ def test_external_subfolder_and_rerun(tmp_path):
     save_external(m, src / "m.onnx", location="weights/part.bin")
     lm = onnxio.load_model(src / "m.onnx")
     for _ in range(2):  # a second run replaces the data file atomically
-        lm.save(lm.model, out / "o.onnx")
+        onnxio.save_model(lm.model, out / "o.onnx", source=lm)
     assert sorted(os.listdir(out)) == ["o.onnx", "weights"]
     assert os.listdir(out / "weights") == ["part.bin"]
     np.testing.assert_allclose(run(str(out / "o.onnx"), X), ffn_reference(X, m), rtol=1e-5, atol=1e-5)
@@ -227,7 +227,7 @@ def test_external_copied_across_filesystems(ext_model):
     lm = onnxio.load_model(path)
     out_dir = Path(tempfile.mkdtemp(dir=shm))
     try:
-        saved = lm.save(lm.model, out_dir / "o.onnx")
+        saved = onnxio.save_model(lm.model, out_dir / "o.onnx", source=lm)
         assert saved.copied == [str(out_dir / "weights.bin")] and not saved.linked
         assert (out_dir / "weights.bin").read_bytes() == (path.parent / "weights.bin").read_bytes()
         np.testing.assert_allclose(run(str(out_dir / "o.onnx"), X), ffn_reference(X, m), rtol=1e-5, atol=1e-5)
@@ -239,9 +239,9 @@ def test_overwrite_input_when_asked(ext_model):
     path, m = ext_model
     lm = onnxio.load_model(path)
     with pytest.raises(InputError, match="refusing to overwrite the input"):
-        lm.save(lm.model, path)
+        onnxio.save_model(lm.model, path, source=lm)
     lm.model.producer_name = "rewritten"
-    lm.save(lm.model, path, overwrite_input=True)
+    onnxio.save_model(lm.model, path, overwrite_input=True, source=lm)
     assert onnx.load(str(path), load_external_data=False).producer_name == "rewritten"
     assert sorted(os.listdir(path.parent)) == ["m.onnx", "weights.bin"]
     np.testing.assert_allclose(run(str(path), X), ffn_reference(X, m), rtol=1e-5, atol=1e-5)
@@ -273,7 +273,7 @@ def test_fused_external_model_end_to_end(ext_model, tmp_path):
     assert len(res.fusions) == 1
     out = tmp_path / "out" / "f.onnx"
     out.parent.mkdir()
-    lm.save(res.model, out)
+    onnxio.save_model(res.model, out, source=lm)
     fused = onnxio.load_model(out)
     assert [t.name for t in external_tensors(fused.model)] == ["W"]
     assert sorted(os.listdir(out.parent)) == ["f.onnx", "weights.bin"]

@@ -99,7 +99,7 @@ def test_rollback_restores_what_a_write_replaced(tmp_path):
     loaded = onnxio.load_model(str(src))
     m = loaded.model
     m.graph.node[-1].name = "changed"
-    saved = loaded.save(m, str(out), keep_backups=True)
+    saved = onnxio.save_model(m, str(out), keep_backups=True, source=loaded)
     assert snapshot(tmp_path / "out") != {k: v for k, v in before.items() if not k.startswith(".")}
     saved.rollback()
     assert snapshot(tmp_path / "out") == before

@@ -2,14 +2,9 @@
 dim (1-D, or broadcastable to it), found after the match."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-
+from .findings import Match
 from .graph import GraphIndex
 from .region import is_default_domain
-
-if TYPE_CHECKING:  # match imports this module
-    from .match import Match
 
 
 def bias_initializer(m: Match):

@@ -16,8 +16,8 @@ from onnx import NodeProto, TensorProto, numpy_helper
 from .. import contract as C
 from .graph import GraphIndex, tensor_value
 from .bias import last_dim
-from .match import Match
-from .nearmiss import Code, NearMiss
+from .findings import Match
+from .findings import Code, NearMiss
 
 OP_TYPE = "CustomGeluPluginDynamic"
 _TYPE_IDS = {0: TensorProto.FLOAT, 1: TensorProto.FLOAT16}

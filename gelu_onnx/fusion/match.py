@@ -21,42 +21,16 @@ The rewrite lives in rewrite.py.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
-from onnx import NodeProto
 
 from .. import contract as C
-from .graph import ANCHOR_OPS, GraphIndex, tensor_value
-from .bias import find_initializer
-from .nearmiss import Code, NearMiss
 from . import numeric
+from .bias import find_initializer
+from .findings import Code, Match, NearMiss
+from .graph import ANCHOR_OPS, GraphIndex, tensor_value
 from .numeric import PROBE, checked_region, classify, evaluate, intermediate_violation, region_precision, region_types
 from .region import MAX_REGION_NODES, cone, find_leaf, is_default_domain, is_scalar, leaf_candidates, region_node_ok, root_candidates
-
-
-@dataclass
-class Match:
-    index: GraphIndex
-    anchor: int
-    root: str
-    leaf: str
-    nodes: list[int]
-    consts: set[str]
-    form: str
-    alpha: float | None
-    leaf_type: int
-    root_type: int
-    precision: str
-    error: float
-    # Bias Add in front (x = Add(h, b)): filled by find_bias.
-    bias: str | None = None
-    bias_input: str | None = None
-    bias_node: int | None = None
-    # A GELU already written as one node (gelu_onnx.native): that node, and
-    # whether its own second input is the bias (BiasGelu, FastGelu(X, B)).
-    single_op: NodeProto | None = None
-    bias_inside: bool = False
 
 
 def match_anchor(idx: GraphIndex, anchor: int):

@@ -20,8 +20,8 @@ from onnx import AttributeProto, NodeProto
 
 from .. import contract as C
 from .graph import GraphIndex
-from .match import Match
-from .nearmiss import Code, NearMiss
+from .findings import Match
+from .findings import Code, NearMiss
 
 
 def _attr(node: NodeProto, name: str):

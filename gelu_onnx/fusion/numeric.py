@@ -10,7 +10,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .. import contract as C
-from .nearmiss import Code
+from .findings import Code
 from .graph import BINARY_OPS, GraphIndex
 
 

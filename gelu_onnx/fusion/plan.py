@@ -22,8 +22,9 @@ from . import native
 from .bias import find_bias
 from .graph import GraphIndex
 from .legacy import find_legacy, legacy_nodes
-from .match import Match, find_matches
-from .nearmiss import NearMiss
+from .findings import Match
+from .match import find_matches
+from .findings import NearMiss
 from .report import FuseResult, record
 from .rewrite import (NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
                       replace_regions, wider)

@@ -8,9 +8,9 @@ from onnx import ModelProto
 
 from .. import contract as C
 from .graph import GraphIndex
-from .match import Match
-from .nearmiss import NearMiss
-from .targets import Emission
+from .findings import Match
+from .findings import NearMiss
+from .rewrite import Emission
 
 
 @dataclass

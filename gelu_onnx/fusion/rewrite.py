@@ -3,14 +3,28 @@ that only the removed GELU spellings used. Nothing else is touched."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from itertools import chain
 
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, helper
 
 from .. import contract as C
 from ..onnxio.walk import walk_graphs
-from .match import Match
-from .targets import Emission
+from .findings import Match
+
+
+@dataclass
+class Emission:
+    """The op one match becomes (before any dtype Casts)."""
+
+    domain: str
+    op_type: str
+    inputs_bias: bool  # whether the op takes the bias as its second input
+    attrs: dict
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
 
 
 class NameGen:

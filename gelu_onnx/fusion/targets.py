@@ -8,32 +8,18 @@ ort      : com.microsoft Gelu / BiasGelu / FastGelu (optional bias) / QuickGelu.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TensorProto, helper
 
 from .. import contract as C
 from ..errors import InputError
-from .nearmiss import Code
+from .findings import Code
+from .rewrite import Emission, add_functions, default_opset, ensure_opset
 
 TargetName = Literal["custom", "standard", "ort"]
 
 _FLOAT = TensorProto.FLOAT
-
-
-@dataclass
-class Emission:
-    """The op one match becomes (before any dtype Casts)."""
-
-    domain: str
-    op_type: str
-    inputs_bias: bool  # whether the op takes the bias as its second input
-    attrs: dict
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
 
 
 class Target:
@@ -72,8 +58,6 @@ class Target:
         return False
 
     def needs_upgrade(self, model: ModelProto) -> bool:
-        from .rewrite import default_opset
-
         return self.min_opset is not None and default_opset(model) < self.min_opset
 
     def prepare(self, model: ModelProto, notes: list[str]) -> None:
@@ -81,8 +65,6 @@ class Target:
         from the ONNX schemas that every op keeps its meaning (opset_upgrade;
         it refuses naming the op otherwise)."""
         from . import opset_upgrade
-        from .rewrite import default_opset
-
         old = default_opset(model)
         notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model, self.min_opset)))
 
@@ -110,8 +92,6 @@ class Custom(Target):
         return opset < 15
 
     def finish(self, model, opset, fn_dtype) -> None:
-        from .rewrite import add_functions, ensure_opset
-
         ensure_opset(model, C.DOMAIN, C.OPSET_VERSION)
         add_functions(model, [make_function(op, opset, fn_dtype[op]) for op in sorted(fn_dtype)])
 
@@ -157,8 +137,6 @@ class Ort(Target):
         return Emission(C.MS_DOMAIN, "QuickGelu", False, {"alpha": float(alpha)})
 
     def finish(self, model, opset, fn_dtype) -> None:
-        from .rewrite import ensure_opset
-
         ensure_opset(model, C.MS_DOMAIN, 1)
 
 

@@ -12,7 +12,6 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from ..errors import InputError, MissingFileError, UnsafeModelError
-from .save import SavedModel, save_model
 from .tensors import MAX_PROTO_BYTES, MMAP_MIN_BYTES, external_info, is_external, tensor_nbytes
 from .validate import Validator, one_line, quote, validate_model
 
@@ -38,11 +37,6 @@ class LoadedModel:
     def has_external_data(self) -> bool:
         return bool(self.external_files)
 
-    def save(self, model: onnx.ModelProto, out_path, *,
-             overwrite_input: bool = False, keep_backups: bool = False) -> "SavedModel":
-        """``save_model`` with this model as the source (input protected)."""
-        return save_model(model, out_path, source=self,
-                          overwrite_input=overwrite_input, keep_backups=keep_backups)
 
 
 def _read(path: str, size: int) -> memoryview | bytes:

@@ -9,7 +9,6 @@ import os
 import stat
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import onnx
 from google.protobuf.message import EncodeError
@@ -18,11 +17,9 @@ from onnx import TensorProto
 from ..errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
 from .tensors import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, embedded_bytes, external_info,
                       is_external, tensor_nbytes)
+from .load import LoadedModel
 from .validate import Validator, one_line
 from .walk import iter_tensors
-
-if TYPE_CHECKING:
-    from .load import LoadedModel
 
 
 @dataclass

@@ -1,4 +1,6 @@
-"""Near-misses: a region that looked like a GELU and why it is not fused.
+"""What the matcher finds: a Match (a GELU region, or a GELU already written
+as one op), or a NearMiss (a region that looked like a GELU and why it is
+not fused).
 
 Each reason has a code (``Code``: a str, so JSON and comparisons keep the
 spelling) that the code which found the reason sets; nothing derives a code
@@ -9,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+
+from onnx import NodeProto
+
+from .graph import GraphIndex
 
 
 class Code(str, Enum):
@@ -57,3 +63,27 @@ class NearMiss:
     def as_dict(self) -> dict:
         return {"graph": self.graph, "anchor": self.anchor, "code": self.code.value, "reason": self.reason,
                 "form": self.form}
+
+
+@dataclass
+class Match:
+    index: GraphIndex
+    anchor: int
+    root: str
+    leaf: str
+    nodes: list[int]
+    consts: set[str]
+    form: str
+    alpha: float | None
+    leaf_type: int
+    root_type: int
+    precision: str
+    error: float
+    # Bias Add in front (x = Add(h, b)): filled by find_bias.
+    bias: str | None = None
+    bias_input: str | None = None
+    bias_node: int | None = None
+    # A GELU already written as one node (gelu_onnx.native): that node, and
+    # whether its own second input is the bias (BiasGelu, FastGelu(X, B)).
+    single_op: NodeProto | None = None
+    bias_inside: bool = False
