@@ -7,7 +7,7 @@ onnx.load + onnx.save of the same file, side by side in one harness.
       [--before 10000=/path/to/older/checkout]
 
 Each run is its own process (interpreter start and imports included), timed
-wall-clock, reaped with os.wait4 for its peak RSS (bench_fuse._measure). The
+wall-clock, reaped with os.wait4 for its peak RSS (bench_fuse.measure). The
 two commands alternate, A B A B ..., so each pair sees the same machine
 state; the table gives the median of each and the median of the per-pair
 ratios (the figure that holds on a shared, drifting machine).
@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fuse import BARE, _measure, _nodes, _warm, machine  # noqa: E402
+from bench_fuse import BARE, machine, measure, node_count, warm_cache  # noqa: E402
 
 
 def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str | None = None) -> dict:
@@ -44,7 +44,7 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         for _ in range(repeats + warmup):  # the first `warmup` rounds warm caches and are not counted
             for name, (argv, cwd) in cmds.items():
-                _warm([path])
+                warm_cache([path])
                 load = os.getloadavg()[0]
                 r = _run_in(argv, timeout, cwd)
                 r["loadavg_before"] = load
@@ -59,7 +59,7 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
     a = [r["seconds"] for r in runs["gelu-onnx"]]
     b = [r["seconds"] for r in runs["bare"]]
     fused = runs["gelu-onnx"][-1].get("child", {}).get("fused")
-    rec = {"file": os.path.basename(path), "bytes": os.path.getsize(path), "nodes": _nodes(path),
+    rec = {"file": os.path.basename(path), "bytes": os.path.getsize(path), "nodes": node_count(path),
            "fused": fused, "gelu_onnx_s": statistics.median(a), "bare_s": statistics.median(b),
            "ratio_median": statistics.median(x / y for x, y in zip(a, b)),
            "ratio_min": min(x / y for x, y in zip(a, b)), "ratio_max": max(x / y for x, y in zip(a, b)),
@@ -75,13 +75,13 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
 
 
 def _run_in(argv: list[str], timeout: float, cwd: str | None) -> dict:
-    """bench_fuse._measure, from another folder when given (python -m then
+    """bench_fuse.measure, from another folder when given (python -m then
     imports that folder's gelu_onnx)."""
     if cwd is None:
-        return _measure(argv, timeout)
+        return measure(argv, timeout)
     env = os.environ.pop("PYTHONPATH", None)
     try:
-        return _measure(["env", "-C", cwd, *argv], timeout)
+        return measure(["env", "-C", cwd, *argv], timeout)
     finally:
         if env is not None:
             os.environ["PYTHONPATH"] = env

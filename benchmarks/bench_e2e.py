@@ -24,6 +24,7 @@ import onnxruntime as ort
 
 import gelu_onnx
 from gelu_onnx import contract, ortlib, verify
+from gelu_onnx.fusion import targets
 from gelu_onnx.verify import bench
 
 # Single-op GELUs whose kernel time the profiler pass sums: ORT's own fusions'
@@ -109,14 +110,14 @@ def main() -> int:
             fused = Path(d) / f"bert_base.{target}.onnx"
             onnx.save(res.model, str(fused))
             rep = bench.bench(str(orig), str(fused), threads=args.threads, repeats=args.repeats,
-                              warmup=5, use_library=(target == "custom"),
+                              warmup=5, use_library=targets.get(target).uses_library,
                               dims={"batch": 1, "sequence": args.seq})
             for t in rep.results:
                 rows.append({"target": target, "fused_gelus": len(res.fusions), "opt_level": t.opt_level,
                              "original_ms": round(t.original_ms, 2), "fused_ms": round(t.fused_ms, 2),
                              "ratio_fused_over_original": round(t.ratio, 3), "parity_ok": t.parity_ok})
             machine, versions = rep.machine, rep.versions
-            g, total, ops = gelu_kernel_ms(fused, "all", target == "custom", args.threads, args.seq)
+            g, total, ops = gelu_kernel_ms(fused, "all", targets.get(target).uses_library, args.threads, args.seq)
             prof.append({"model": f"fused, target {target}", "gelu_ops": ops, "gelu_ms": round(g, 3),
                          "all_nodes_ms": round(total, 2)})
     out = {"model": f"BERT-base (BertConfig defaults, random weights), batch 1, seq {args.seq}, "

@@ -112,7 +112,7 @@ print(json.dumps({"import": t1 - t0, "load": t2 - t1, "match": t3 - t2, "rewrite
 """
 
 
-def _measure(argv: list[str], timeout: float) -> dict:
+def measure(argv: list[str], timeout: float) -> dict:
     """Like _run, but the process is our direct child reaped with os.wait4, so its
     own peak RSS is known (RUSAGE_CHILDREN would be the max over all runs)."""
     t = time.perf_counter()
@@ -162,7 +162,7 @@ def _files_of(path: str) -> list[str]:
     return out
 
 
-def _warm(paths: list[str]) -> None:
+def warm_cache(paths: list[str]) -> None:
     for p in paths:
         with open(p, "rb", buffering=0) as f:
             while f.read(1 << 24):
@@ -212,9 +212,9 @@ def bench_model(name: str, path: str, out_dir: str, repeats: int, timeout: float
             _clean(out_dir)
             if os.path.exists(near):
                 os.remove(near)
-            _warm(files)
+            warm_cache(files)
             load = os.getloadavg()[0]
-            rec = _measure(argv, timeout)
+            rec = measure(argv, timeout)
             rec["loadavg_before"] = load
             runs[label].append(rec)
             print(f"  {name} {label} #{r}: " + (rec.get("error") or
@@ -264,7 +264,7 @@ def slim(run: dict) -> dict:
     return {k: run[k] for k in ("seconds", "peak_rss", "loadavg_before", "error") if k in run}
 
 
-def _nodes(path: str) -> int:
+def node_count(path: str) -> int:
     import onnx
 
     return len(onnx.load(path, load_external_data=False).graph.node)
@@ -442,7 +442,7 @@ def main(argv=None) -> int:
                 print(f"synth-{n}: {path}", flush=True)
                 skip = {"ort": f"skipped (> {a.ort_max_gelus} GELUs; quadratic)"} if n > a.ort_max_gelus else {}
                 r = bench_model(f"synth-{n}", path, out_dir, a.synth_repeats, a.timeout, only, True, skip)
-                r.update(gelus=n, nodes=_nodes(path))
+                r.update(gelus=n, nodes=node_count(path))
                 doc["synthetic"].append(r)
     finally:
         _clean(out_dir)

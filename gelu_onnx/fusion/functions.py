@@ -20,6 +20,7 @@ Reports name the function and its call site(s) in the fusion's graph field.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import onnx
 import onnx.inliner
@@ -28,6 +29,10 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, helper
 from .. import contract as C
 from .graph import ANCHOR_OPS
 from ..onnxio.walk import subgraphs
+
+if TYPE_CHECKING:
+    from .report import FuseResult
+    from .targets import Target
 
 _DEFAULT = ("", "ai.onnx")
 
@@ -129,7 +134,7 @@ def _copy(n: NodeProto) -> NodeProto:
     return c
 
 
-def _bias_only_at_call_site(f: FunctionProto, res, target) -> bool:
+def _bias_only_at_call_site(f: FunctionProto, res: FuseResult, target: Target) -> bool:
     """A fused GELU whose x is Add(h, b) with b a function input: b is a
     constant only at the call sites, so inlining lets the bias be folded in."""
     inputs = set(f.input)
@@ -168,7 +173,7 @@ def _label(f: FunctionProto, sites: list[str]) -> str:
 _MAX_ROUNDS = 4  # functions inlined into functions inlined into ...
 
 
-def prepare(model: ModelProto, target, res, fuse_body, depth: int = 0) -> tuple[ModelProto, FunctionPlan]:
+def prepare(model: ModelProto, target: Target, res: FuseResult, fuse_body, depth: int = 0) -> tuple[ModelProto, FunctionPlan]:
     """Fuse GELUs inside ``model``'s functions (in place) or inline the
     functions that need it (a new model is returned then). ``fuse_body(m,
     target)`` is the library's fuse_with_report; fusions and near-misses go

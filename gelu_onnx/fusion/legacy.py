@@ -10,6 +10,8 @@ computes the tanh approximation: y = v*(0.5 + 0.5*tanh(0.79788456*v*(1 +
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from onnx import NodeProto, TensorProto, numpy_helper
 
@@ -18,6 +20,10 @@ from .graph import GraphIndex, tensor_value
 from .bias import last_dim
 from .findings import Match
 from .findings import Code, NearMiss
+
+if TYPE_CHECKING:
+    from .rewrite import Emission, NameGen
+    from .targets import Target
 
 OP_TYPE = "CustomGeluPluginDynamic"
 _TYPE_IDS = {0: TensorProto.FLOAT, 1: TensorProto.FLOAT16}
@@ -69,7 +75,8 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
     return m, bias, None
 
 
-def legacy_nodes(m: Match, bias: np.ndarray | None, target, em, names, graph) -> tuple[list[NodeProto], bool]:
+def legacy_nodes(m: Match, bias: np.ndarray | None, target: Target, em: Emission, names: NameGen,
+                 graph) -> tuple[list[NodeProto], bool]:
     """Replacement nodes; the bias becomes a 1-D initializer of X's type.
     Returns (nodes, bias_fused)."""
     from .rewrite import emit_after_add, emit_nodes
@@ -79,7 +86,7 @@ def legacy_nodes(m: Match, bias: np.ndarray | None, target, em, names, graph) ->
     bname = names(f"{m.root}_bias")
     graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
     m.bias, m.bias_input = bname, m.leaf
-    if target.takes_bias("tanh"):
+    if target.takes_bias(m.form):
         return emit_nodes(m, em, m.leaf_type, True, names), True
-    # standard: Add + Gelu(tanh)
+    # the target's op takes no bias: Add in front, then the op
     return emit_after_add(m, bname, em, m.leaf_type, names), False

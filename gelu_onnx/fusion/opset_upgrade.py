@@ -161,7 +161,7 @@ def _default_version(imports) -> int | None:
     return next((i.version for i in imports if i.domain in _DEFAULT), None)
 
 
-def plan(model: ModelProto, target: int = C.STANDARD_GELU_OPSET):
+def plan(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET):
     """Prove every default-domain node; returns [(container, node, adapter)]
     for the nodes that need rewriting, or raises UnsupportedError naming the
     first op that would change meaning. Changes nothing."""
@@ -172,24 +172,24 @@ def plan(model: ModelProto, target: int = C.STANDARD_GELU_OPSET):
                        list(_function_bodies(f))))
     todo = []
     for old, where, containers in scopes:
-        if old is None or old >= target:
+        if old is None or old >= to_opset:
             continue
         for c in containers:
             for n in c.node:
                 if n.domain not in _DEFAULT or (n.domain, n.op_type) in local:
                     continue
-                for step in _proof(n, old, target, where):
+                for step in _proof(n, old, to_opset, where):
                     todo.append((c, n, ADAPT[(n.op_type, step)]))
     return todo
 
 
-def _proof(n: NodeProto, old: int, target: int, where: str) -> list[int]:
+def _proof(n: NodeProto, old: int, to_opset: int, where: str) -> list[int]:
     label = f"{n.op_type} (node '{n.name}' in {where})" if n.name else f"{n.op_type} (in {where})"
-    if not any(v <= target for v in _versions(n.op_type)):
+    if not any(v <= to_opset for v in _versions(n.op_type)):
         return []  # not an ONNX op (e.g. TensorRT's legacy plugin node): no opset governs it
     if not any(v <= old for v in _versions(n.op_type)):
-        raise UnsupportedError(_refusal(old, f"{label} is no ONNX op at opset {old} but one at {target}"))
-    steps = _steps(n.op_type, old, target)
+        raise UnsupportedError(_refusal(old, f"{label} is no ONNX op at opset {old} but one at {to_opset}"))
+    steps = _steps(n.op_type, old, to_opset)
     adapt = []
     for v in steps:
         if (n.op_type, v) in ADAPT:
@@ -210,11 +210,11 @@ def _refusal(old: int, what: str) -> str:
             f"use --target custom or --target ort")
 
 
-def upgrade(model: ModelProto, target: int = C.STANDARD_GELU_OPSET) -> list[str]:
+def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[str]:
     """Raise the default-domain opset of ``model`` (in place) and of its
-    functions to ``target`` after plan()'s proof; returns the adapted ops.
+    functions to ``to_opset`` after plan()'s proof; returns the adapted ops.
     On refusal the model is left as it was."""
-    todo = plan(model, target)
+    todo = plan(model, to_opset)
     used = _names(model)
     counter = [0]
 
@@ -249,8 +249,8 @@ def upgrade(model: ModelProto, target: int = C.STANDARD_GELU_OPSET) -> list[str]
         c.node.extend(rebuilt)
     for imports in [model.opset_import] + [f.opset_import for f in model.functions]:
         for imp in imports:
-            if imp.domain in _DEFAULT and imp.version < target:
-                imp.version = target
+            if imp.domain in _DEFAULT and imp.version < to_opset:
+                imp.version = to_opset
     from ..onnxio import lowest_ir_version
 
     model.ir_version = max(model.ir_version, lowest_ir_version(model) or model.ir_version)

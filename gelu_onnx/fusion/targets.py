@@ -36,6 +36,10 @@ class Target:
     fuses_function_bodies: bool = True
     # whether each op type gets a model-local function with its math
     writes_functions: bool = False
+    # whether its ops run from our custom-op library (sessions register it)
+    uses_library: bool = False
+    # who lacks a kernel for a dtype, in unsupported()'s message
+    _owner: str = "the target's ops"
 
     def __repr__(self) -> str:
         return f"<target {self.name}>"
@@ -78,6 +82,7 @@ class Custom(Target):
 
     name = "custom"
     writes_functions = True
+    uses_library = True
     _owner = "the custom op"
 
     def takes_bias(self, form: str) -> bool:
