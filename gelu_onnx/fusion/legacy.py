@@ -23,7 +23,6 @@ from .findings import Code, NearMiss
 
 if TYPE_CHECKING:
     from .rewrite import Emission, NameGen
-    from .targets import Target
 
 OP_TYPE = "CustomGeluPluginDynamic"
 _TYPE_IDS = {0: TensorProto.FLOAT, 1: TensorProto.FLOAT16}
@@ -75,18 +74,17 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
     return m, bias, None
 
 
-def legacy_nodes(m: Match, bias: np.ndarray | None, target: Target, em: Emission, names: NameGen,
-                 graph) -> tuple[list[NodeProto], bool]:
-    """Replacement nodes; the bias becomes a 1-D initializer of X's type.
-    Returns (nodes, bias_fused)."""
+def legacy_nodes(m: Match, bias: np.ndarray | None, em: Emission, names: NameGen, graph) -> list[NodeProto]:
+    """Replacement nodes; the bias becomes a 1-D initializer of X's type,
+    the op's second input where the op takes it (em.inputs_bias)."""
     from .rewrite import emit_after_add, emit_nodes
 
     if bias is None:
-        return emit_nodes(m, em, m.leaf_type, False, names), False
+        return emit_nodes(m, em, m.leaf_type, False, names)
     bname = names(f"{m.root}_bias")
     graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
     m.bias, m.bias_input = bname, m.leaf
-    if target.takes_bias(m.form):
-        return emit_nodes(m, em, m.leaf_type, True, names), True
+    if em.inputs_bias:
+        return emit_nodes(m, em, m.leaf_type, True, names)
     # the target's op takes no bias: Add in front, then the op
-    return emit_after_add(m, bname, em, m.leaf_type, names), False
+    return emit_after_add(m, bname, em, m.leaf_type, names)

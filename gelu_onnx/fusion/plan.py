@@ -1,11 +1,12 @@
 """The fuse pass in three steps over typed objects:
 
 plan    every graph (main graph, If/Loop/Scan bodies) matched, nothing changed:
-        one GraphPlan per graph (its index, matches, near-misses, legacy
-        plugin nodes);
-select  per match, whether the target can express it, in which compute type
-        and whether its bias Add is folded in (Selected); the rest become
-        near-misses, and GELUs already in the target's op are reported only;
+        a Plan of one GraphPlan per graph (its index, candidates incl. legacy
+        plugin nodes, near-misses);
+select  per candidate, whether the target can express it, in which compute
+        type and as which op, bias Add folded in or not (Selected); the rest
+        become near-misses, and GELUs already in the target's op are reported
+        only. inspect reports exactly these decisions;
 rewrite each graph's selected regions replaced by the target's op, then the
         target finishes the model (opset imports, model-local functions).
 """
@@ -14,49 +15,75 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
-from onnx import ModelProto
+from onnx import ModelProto, TensorProto
 
-from .. import contract as C
 from . import native
 from .bias import find_bias
+from .findings import Match, NearMiss
 from .graph import GraphIndex
 from .legacy import find_legacy, legacy_nodes
-from .findings import Match
 from .match import find_matches
-from .findings import NearMiss
 from .report import FuseResult, record
-from .rewrite import (NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
+from .rewrite import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
                       replace_regions, wider)
 from .targets import Target
 from ..onnxio.walk import subgraphs
 
 
 @dataclass
-class Selected:
-    """One match the target will rewrite."""
+class Candidate:
+    """A GELU found in a graph; legacy: a CustomGeluPluginDynamic node, whose
+    bias is an array (``legacy_bias``), not a tensor of the graph."""
 
     match: Match
-    compute_type: int
-    use_bias: bool
-    legacy: bool = False  # a CustomGeluPluginDynamic node: its bias is an array
+    legacy: bool = False
     legacy_bias: np.ndarray | None = None
+
+    @property
+    def has_bias(self) -> bool:
+        return self.legacy_bias is not None if self.legacy else bool(self.match.bias)
+
+
+@dataclass
+class Selected:
+    """A candidate the target will rewrite, with every decision taken: the
+    type it computes in and the op it becomes (``emission.inputs_bias``: the
+    bias Add is folded into that op)."""
+
+    candidate: Candidate
+    compute_type: int
+    emission: Emission
+
+    @property
+    def match(self) -> Match:
+        return self.candidate.match
+
+    @property
+    def use_bias(self) -> bool:
+        return self.emission.inputs_bias
 
 
 @dataclass
 class GraphPlan:
     index: GraphIndex
-    matches: list[Match]
+    candidates: list[Candidate]
     misses: list[NearMiss]
-    legacy: list[tuple[Match, np.ndarray | None]]
     selected: list[Selected] = field(default_factory=list)
 
-    def candidates(self) -> list[tuple[Match, bool, np.ndarray | None]]:
-        """(match, legacy?, legacy bias) for every match of this graph."""
-        return [(m, False, None) for m in self.matches] + [(m, True, b) for m, b in self.legacy]
+
+@dataclass
+class Plan:
+    """Every graph of a model matched (inner graphs first), and the model's
+    default-domain opset when it was planned."""
+
+    graphs: list[GraphPlan]
+    opset: int
+
+    def selected(self) -> list[Selected]:
+        return [s for g in self.graphs for s in g.selected]
 
 
-def plan(model: ModelProto, base_dir: str | None = None) -> list[GraphPlan]:
+def plan(model: ModelProto, base_dir: str | None = None) -> Plan:
     """Match every graph without changing anything; indexes stay valid for
     the rewrite that follows (inner graphs first)."""
     out: list[GraphPlan] = []
@@ -75,24 +102,27 @@ def plan(model: ModelProto, base_dir: str | None = None) -> list[GraphPlan]:
             if not m.bias_inside:
                 find_bias(m)
         legacy, legacy_misses = find_legacy(idx)
-        out.append(GraphPlan(idx, matches, misses + legacy_misses, legacy))
+        cands = [Candidate(m) for m in matches] + [Candidate(m, True, b) for m, b in legacy]
+        out.append(GraphPlan(idx, cands, misses + legacy_misses))
 
     visit(model.graph, None, "")
-    return out
+    return Plan(out, default_opset(model))
 
 
-def expressible(plans: list[GraphPlan], target: Target) -> bool:
+def expressible(plan: Plan, target: Target) -> bool:
     """Whether the target can express any GELU found (before its opset is raised)."""
-    return any(target.unsupported(m.form, wider(m.leaf_type, m.root_type)) is None
-               for p in plans for m, _, _ in p.candidates())
+    return any(target.unsupported(c.match.form, wider(c.match.leaf_type, c.match.root_type)) is None
+               for g in plan.graphs for c in g.candidates)
 
 
-def select(plans: list[GraphPlan], target: Target, res: FuseResult) -> None:
-    """Fill each plan's ``selected``; near-misses and GELUs already in the
-    target's op go to ``res``."""
-    for p in plans:
-        idx = p.index
-        for mt, legacy, lbias in p.candidates():
+def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]:
+    """Fill each graph's ``selected``; near-misses and GELUs already in the
+    target's op go to ``res``. Returns the dtypes of the model-local function
+    bodies the target writes (see _function_dtypes)."""
+    for g in plan.graphs:
+        idx = g.index
+        for c in g.candidates:
+            mt = c.match
             ct = wider(mt.leaf_type, mt.root_type)
             why = target.unsupported(mt.form, ct)
             if why:
@@ -100,73 +130,70 @@ def select(plans: list[GraphPlan], target: Target, res: FuseResult) -> None:
                 res.near_misses.append(NearMiss(idx.path, a.name or f"{a.op_type}#{mt.anchor}", why[0], why[1],
                                                 mt.form))
                 continue
-            has_bias = lbias is not None if legacy else bool(mt.bias)
-            use_bias = has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
+            use_bias = c.has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
             em = target.emission(mt.form, use_bias, mt.alpha)
             if native.already_target(mt, em, use_bias):
                 res.already.append(record(idx, mt, em, use_bias, ct))
                 continue
-            p.selected.append(Selected(mt, ct, use_bias, legacy, lbias))
-        res.near_misses.extend(p.misses)
+            g.selected.append(Selected(c, ct, em))
+        res.near_misses.extend(g.misses)
+    return _function_dtypes(plan, target)
 
 
-def report(plans: list[GraphPlan], target: Target, res: FuseResult) -> None:
+def report(plan: Plan, target: Target, res: FuseResult) -> None:
     """What rewrite() would record, without changing anything (inspect)."""
-    select(plans, target, res)
-    for p in plans:
-        for s in p.selected:
-            em = target.emission(s.match.form, s.use_bias, s.match.alpha)
-            res.fusions.append(record(p.index, s.match, em, s.use_bias, s.compute_type))
+    select(plan, target, res)
+    for g in plan.graphs:
+        for s in g.selected:
+            res.fusions.append(record(g.index, s.match, s.emission, s.use_bias, s.compute_type))
 
 
-def _function_dtypes(plans: list[GraphPlan], target: Target, opset: int) -> dict[str, int | None]:
+def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
     """Op type -> the dtype of its model-local function body (None: polymorphic
     via CastLike). Older opsets have no CastLike: the bodies are then typed,
-    one dtype per op type; call sites of other dtypes compute in float32."""
+    one dtype per op type, and call sites of other dtypes compute in float32
+    (their bias, of their own dtype, is then added in front)."""
     if not target.writes_functions:
         return {}
+    chosen = plan.selected()
+    if not target.typed_functions(plan.opset):
+        return {s.emission.op_type: None for s in chosen}
     types: dict[str, set[int]] = {}
-    for p in plans:
-        for s in p.selected:
-            types.setdefault(C.OP_TYPES[(s.match.form, s.use_bias)], set()).add(s.compute_type)
-    typed = target.typed_functions(opset)
-    return {op: ((next(iter(ts)) if len(ts) == 1 else onnx.TensorProto.FLOAT) if typed else None)
-            for op, ts in types.items()}
+    for s in chosen:
+        types.setdefault(s.emission.op_type, set()).add(s.compute_type)
+    fn_dtype = {op: next(iter(ts)) if len(ts) == 1 else TensorProto.FLOAT for op, ts in types.items()}
+    for s in chosen:
+        forced = fn_dtype[s.emission.op_type]
+        if s.candidate.legacy or forced == s.compute_type:
+            continue
+        mt = s.match
+        s.compute_type = forced
+        s.emission = target.emission(mt.form, s.use_bias and forced == mt.leaf_type, mt.alpha)
+    return fn_dtype
 
 
-def rewrite(m: ModelProto, plans: list[GraphPlan], target: Target, res: FuseResult) -> None:
+def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult) -> None:
     """Select, then replace every selected region (in place) and finish the model."""
     names = NameGen(m)
-    opset = default_opset(m)
-    select(plans, target, res)
-    fn_dtype = _function_dtypes(plans, target, opset)
-    typed = target.typed_functions(opset)
+    fn_dtype = select(plan, target, res)
     dead: set[str] = set()
-    for p in plans:
-        if not p.selected:
+    for g in plan.graphs:
+        if not g.selected:
             continue
-        idx, regions = p.index, []
-        for s in p.selected:
-            mt, ct, use_bias = s.match, s.compute_type, s.use_bias
-            if s.legacy:
-                em = target.emission(mt.form, use_bias, mt.alpha)
-                new_nodes, use_bias = legacy_nodes(mt, s.legacy_bias, target, em, names, idx.graph)
-                regions.append((mt, new_nodes, False))
-                res.fusions.append(record(idx, mt, em, use_bias, ct))
-                continue
-            if typed:
-                forced = fn_dtype[C.OP_TYPES[(mt.form, use_bias)]]
-                if forced != ct:
-                    ct, use_bias = forced, use_bias and forced == mt.leaf_type
-            em = target.emission(mt.form, use_bias, mt.alpha)
-            emit = native.emit if mt.single_op is not None else emit_nodes
-            regions.append((mt, emit(mt, em, ct, use_bias, names), use_bias))
-            res.fusions.append(record(idx, mt, em, use_bias, ct))
-            dead.update(mt.consts)
+        idx, regions = g.index, []
+        for s in g.selected:
+            mt, c = s.match, s.candidate
+            if c.legacy:
+                regions.append((mt, legacy_nodes(mt, c.legacy_bias, s.emission, names, idx.graph), False))
+            else:
+                emit = native.emit if mt.single_op is not None else emit_nodes
+                regions.append((mt, emit(mt, s.emission, s.compute_type, s.use_bias, names), s.use_bias))
+                dead.update(mt.consts)
+            res.fusions.append(record(idx, mt, s.emission, s.use_bias, s.compute_type))
         replace_regions(idx.graph, regions)
     if not res.fusions:
         return
     drop_dead_constants(m, dead)
     native.drop_unused_functions(m)
     drop_stale_value_info(m)
-    target.finish(m, opset, fn_dtype)
+    target.finish(m, plan.opset, fn_dtype)
