@@ -136,6 +136,38 @@ def test_opset14_mixed_dtypes_get_typed_functions_and_run_without_library():
     np.testing.assert_allclose(got[1].astype(np.float32), ref[1].astype(np.float32), rtol=2e-3, atol=2e-3)
 
 
+def test_opset14_mixed_dtypes_with_bias_every_op_gets_its_function():
+    """A biased op type in two dtypes: the fp16 site computes in float32 and
+    its fp16 bias can no longer be the op's input, so it becomes the unbiased
+    op: that op needs its own (typed) function, or the model does not run
+    without our library; inspect reports what fuse did."""
+    nodes = [h.make_node("Add", ["x", "b"], ["xb"], name="a_bias")] + erf_gelu_nodes("xb", "y", "a_") + \
+        [h.make_node("Add", ["x16", "bh"], ["xb16"], name="b_bias")] + \
+        erf_gelu_nodes("xb16", "y16", "b_", "sqrt2h", "oneh", "halfh")
+    bias = np.linspace(-1, 1, 8)
+    g = h.make_graph(nodes, "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 8]),
+                      h.make_tensor_value_info("x16", T.FLOAT16, [2, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2, 8]),
+                      h.make_tensor_value_info("y16", T.FLOAT16, [2, 8])],
+                     consts() + consts(np.float16, "h") + [nh.from_array(bias.astype(np.float32), "b"),
+                                                           nh.from_array(bias.astype(np.float16), "bh")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 14)], ir_version=7)
+    res = gelu_onnx.fuse_with_report(m)
+    assert [(f.op, f.bias, f.dtype) for f in res.fusions] == [
+        ("ai.gelu_onnx.BiasGeluErf", True, "float32"), ("ai.gelu_onnx.GeluErf", False, "float32")]
+    assert gelu_onnx.inspect(m).fusions == res.fusions
+    out = res.model
+    assert sorted(f.name for f in out.functions) == ["BiasGeluErf", "GeluErf"]
+    onnx.checker.check_model(out, full_check=True)
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((2, 8)).astype(np.float32) * 3,
+             "x16": (rng.standard_normal((2, 8)) * 3).astype(np.float16)}
+    ref, got = run(m, feeds), run(out, feeds)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1].astype(np.float32), ref[1].astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
 def test_fp64_gelu_is_reported_not_fused_for_kernel_targets():
     nodes = erf_gelu_nodes("x", "y", "")
     m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.DOUBLE, [3])],
@@ -199,6 +231,37 @@ def test_tensorrt_legacy_plugin_refusals_are_reported():
         res = gelu_onnx.fuse_with_report(m)
         assert not res.fusions and [n.code for n in res.near_misses] == ["legacy-plugin"]
         assert res.model.graph.node[1].op_type == "CustomGeluPluginDynamic"
+
+
+def test_opset14_legacy_plugin_nodes_in_two_dtypes_share_a_float32_function():
+    """Two legacy plugin nodes with a bias (float32, float16) before opset 15:
+    their op's typed function body is float32, so the float16 node computes
+    in float32 between Casts, its float16 bias added in front (else the model
+    fails onnx's type inference)."""
+    bias = np.random.default_rng(4).standard_normal(8)
+    nodes = [h.make_node("CustomGeluPluginDynamic", ["x"], ["y"], name="l32", type_id=0,
+                         bias=nh.from_array(bias.astype(np.float32), "bias")),
+             h.make_node("CustomGeluPluginDynamic", ["x16"], ["y16"], name="l16", type_id=1,
+                         bias=nh.from_array(bias.astype(np.float16), "bias"))]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 8]),
+                                  h.make_tensor_value_info("x16", T.FLOAT16, [2, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [2, 8]),
+                      h.make_tensor_value_info("y16", T.FLOAT16, [2, 8])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 14)], ir_version=7)
+    res = gelu_onnx.fuse_with_report(m)
+    assert [(f.op, f.bias, f.dtype) for f in res.fusions] == [
+        ("ai.gelu_onnx.BiasGeluTanh", True, "float32"), ("ai.gelu_onnx.GeluTanh", False, "float32")]
+    assert sorted(f.name for f in res.model.functions) == ["BiasGeluTanh", "GeluTanh"]
+    onnx.checker.check_model(res.model, full_check=True)
+    x = np.random.default_rng(5).standard_normal((2, 8)) * 3
+    got = run(res.model, {"x": x.astype(np.float32), "x16": x.astype(np.float16)})
+    # the removed plugin's formula in float64 on the same (rounded) inputs
+    for out, v, tol in ((got[0], x.astype(np.float32).astype(np.float64)
+                         + bias.astype(np.float32).astype(np.float64), 1e-5),
+                        (got[1], x.astype(np.float16).astype(np.float64)
+                         + bias.astype(np.float16).astype(np.float64), 2e-3)):
+        want = v * (0.5 + 0.5 * np.tanh(0.79788456 * v * (1 + 0.044715 * v * v)))
+        np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol)
 
 
 def test_bias_behind_torchscript_identity_dedup_is_fused():

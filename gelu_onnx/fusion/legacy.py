@@ -74,17 +74,18 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
     return m, bias, None
 
 
-def legacy_nodes(m: Match, bias: np.ndarray | None, em: Emission, names: NameGen, graph) -> list[NodeProto]:
+def legacy_nodes(m: Match, bias: np.ndarray | None, em: Emission, compute_type: int, names: NameGen,
+                 graph) -> list[NodeProto]:
     """Replacement nodes; the bias becomes a 1-D initializer of X's type,
     the op's second input where the op takes it (em.inputs_bias)."""
     from .rewrite import emit_after_add, emit_nodes
 
     if bias is None:
-        return emit_nodes(m, em, m.leaf_type, False, names)
+        return emit_nodes(m, em, compute_type, False, names)
     bname = names(f"{m.root}_bias")
     graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
     m.bias, m.bias_input = bname, m.leaf
     if em.inputs_bias:
-        return emit_nodes(m, em, m.leaf_type, True, names)
+        return emit_nodes(m, em, compute_type, True, names)
     # the target's op takes no bias: Add in front, then the op
-    return emit_after_add(m, bname, em, m.leaf_type, names)
+    return emit_after_add(m, bname, em, compute_type, names)

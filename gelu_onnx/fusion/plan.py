@@ -158,18 +158,24 @@ def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
     chosen = plan.selected()
     if not target.typed_functions(plan.opset):
         return {s.emission.op_type: None for s in chosen}
-    types: dict[str, set[int]] = {}
-    for s in chosen:
-        types.setdefault(s.emission.op_type, set()).add(s.compute_type)
-    fn_dtype = {op: next(iter(ts)) if len(ts) == 1 else TensorProto.FLOAT for op, ts in types.items()}
-    for s in chosen:
-        forced = fn_dtype[s.emission.op_type]
-        if s.candidate.legacy or forced == s.compute_type:
-            continue
-        mt = s.match
-        s.compute_type = forced
-        s.emission = target.emission(mt.form, s.use_bias and forced == mt.leaf_type, mt.alpha)
-    return fn_dtype
+    while True:
+        # a site moved to float32 may lose its bias and so change op type:
+        # repeat until every op type emitted has its body (sites only ever
+        # move to float32, so this ends)
+        types: dict[str, set[int]] = {}
+        for s in chosen:
+            types.setdefault(s.emission.op_type, set()).add(s.compute_type)
+        fn_dtype = {op: next(iter(ts)) if len(ts) == 1 else TensorProto.FLOAT for op, ts in types.items()}
+        moved = False
+        for s in chosen:
+            forced = fn_dtype[s.emission.op_type]
+            if forced == s.compute_type:
+                continue
+            mt, moved = s.match, True
+            s.compute_type = forced
+            s.emission = target.emission(mt.form, s.use_bias and forced == mt.leaf_type, mt.alpha)
+        if not moved:
+            return fn_dtype
 
 
 def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult) -> None:
@@ -184,7 +190,7 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult) -> None:
         for s in g.selected:
             mt, c = s.match, s.candidate
             if c.legacy:
-                regions.append((mt, legacy_nodes(mt, c.legacy_bias, s.emission, names, idx.graph), False))
+                regions.append((mt, legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph), False))
             else:
                 emit = native.emit if mt.single_op is not None else emit_nodes
                 regions.append((mt, emit(mt, s.emission, s.compute_type, s.use_bias, names), s.use_bias))
