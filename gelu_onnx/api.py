@@ -34,7 +34,7 @@ def _as_model(model, base_dir=None) -> tuple[ModelProto, str | None]:
 
 # --- the API --------------------------------------------------------------------
 
-def fuse_with_report(model: ModelLike, target: TargetName | Target = "custom", *, inplace: bool = False,
+def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, inplace: bool = False,
                      base_dir: str | None = None) -> FuseResult:
     """Fuse every GELU in ``model`` (a ModelProto, a path or an
     onnxio.LoadedModel) for ``target`` (a name or a fusion.targets.Target).
@@ -61,13 +61,13 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = "custom", *
     return res
 
 
-def fuse(model: ModelLike, target: TargetName | Target = "custom", *, inplace: bool = False,
+def fuse(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, inplace: bool = False,
          base_dir: str | None = None) -> ModelProto:
     """Return a new ModelProto with every GELU fused (see fuse_with_report)."""
     return fuse_with_report(model, target, inplace=inplace, base_dir=base_dir).model
 
 
-def inspect(model: ModelLike, target: TargetName | Target = "custom", *, base_dir: str | None = None) -> FuseResult:
+def inspect(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, base_dir: str | None = None) -> FuseResult:
     """Every GELU that ``fuse`` would fuse, and every near-miss; changes nothing."""
     t = targets.get(target)
     m, base_dir = _as_model(model, base_dir)

@@ -20,7 +20,7 @@ from . import cli_check
 from .files import require_file
 from .cliutil import add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int, table
 from .errors import GeluOnnxError
-from .fusion.targets import TARGETS
+from .fusion import targets
 
 EXIT_INTERNAL = 4
 
@@ -56,7 +56,7 @@ def cmd_fuse(args) -> int:
 def cmd_inspect(args) -> int:
     from .files import inspect_file
 
-    found = inspect_file(args.input, args.target or "custom")
+    found = inspect_file(args.input, args.target or targets.DEFAULT)
     for w in found.warnings:
         print(f"gelu-onnx: warning: {w}", file=sys.stderr)
     if args.json:
@@ -140,9 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Rewrite every GELU subgraph into one GELU op and save the model (temp file + rename).")
     p.add_argument("input", metavar="IN.onnx")
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
-    p.add_argument("--target", choices=TARGETS, default="custom",
-                   help="custom: ai.gelu_onnx ops with model-local functions (default); standard: ONNX Gelu-20; "
-                        "ort: com.microsoft contrib ops")
+    p.add_argument("--target", choices=targets.TARGETS, default=targets.DEFAULT, help=targets.describe())
     p.add_argument("--overwrite-input", action="store_true", help="allow OUT.onnx to be IN.onnx")
     p.add_argument("--json", action="store_true", help="print fusions, near-misses and notes as JSON on stdout")
     p.set_defaults(func=cmd_fuse)
@@ -151,9 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="List every GELU found (graph, root tensor, form, bias, dtype) and every "
                                    "near-miss with the reason it is not fused. Nothing is written.")
     p.add_argument("input", metavar="IN.onnx")
-    p.add_argument("--target", choices=TARGETS, default=None,
+    p.add_argument("--target", choices=targets.TARGETS, default=None,
                    help="show what fuse --target would do: the op each GELU becomes, and the GELUs that target "
-                        "cannot express (near-misses); default: custom, without the op column")
+                        f"cannot express (near-misses); default: {targets.DEFAULT}, without the op column")
     p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
     p.set_defaults(func=cmd_inspect)
 
@@ -165,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "optimization level; report medians and fused/original ratios, the machine and versions.")
     p.add_argument("original", metavar="ORIGINAL.onnx")
     p.add_argument("fused", metavar="FUSED.onnx", nargs="?", help="default: fuse ORIGINAL in memory with --target")
-    p.add_argument("--target", choices=TARGETS, default="custom", help="target when FUSED is not given (default custom)")
+    p.add_argument("--target", choices=targets.TARGETS, default=targets.DEFAULT,
+                   help=f"target when FUSED is not given (default {targets.DEFAULT})")
     add_input_args(p, BENCH_DIM_DEFAULT)
     p.add_argument("--threads", type=positive_int, default=2, help="intra-op threads (default 2)")
     p.add_argument("--warmup", type=nonneg_int, default=10, help="untimed runs per session (default 10)")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
+from .fusion.targets import DEFAULT as DEFAULT_TARGET
 
 if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
     from .api import FuseResult
@@ -96,7 +97,7 @@ def _in_folder(skel):
     return skel.in_folder() if skel is not None else contextlib.nullcontext()
 
 
-def fuse_file(src, dst, target="custom", *, overwrite_input: bool = False) -> FileFuseResult:
+def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False) -> FileFuseResult:
     """Fuse every GELU of the model file ``src`` for ``target`` and write it to
     ``dst`` exactly as ``gelu-onnx fuse`` does (see the module docstring).
     ``src`` and its data files are never modified (``dst`` may be ``src``
@@ -120,7 +121,7 @@ def fuse_file(src, dst, target="custom", *, overwrite_input: bool = False) -> Fi
     return FileFuseResult(src, dst, res, notes)
 
 
-def inspect_file(src, target="custom") -> FileInspectResult:
+def inspect_file(src, target=DEFAULT_TARGET) -> FileInspectResult:
     """Every GELU that fuse_file would fuse for ``target`` and every near-miss,
     as ``gelu-onnx inspect`` reports them; nothing is written."""
     from .api import inspect

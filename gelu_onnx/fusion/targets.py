@@ -29,6 +29,8 @@ class Target:
     between targets is here: adding a target is one subclass."""
 
     name: str
+    # one line for the CLI's --target help
+    summary: str
     # default-domain opset the target's op needs (prepare() raises it)
     min_opset: int | None = None
     # whether GELUs inside model-local function bodies are fused in place
@@ -81,6 +83,7 @@ class Custom(Target):
     per op type so the model runs without our library."""
 
     name = "custom"
+    summary = "ai.gelu_onnx ops with model-local functions"
     writes_functions = True
     uses_library = True
     _owner = "the custom op"
@@ -106,6 +109,7 @@ class Standard(Target):
     x*sigmoid(a*x): those are reported and left as they are."""
 
     name = "standard"
+    summary = "ONNX Gelu-20"
     min_opset = C.STANDARD_GELU_OPSET
 
     def unsupported(self, form, elem_type):
@@ -126,6 +130,7 @@ class Ort(Target):
     """com.microsoft Gelu / BiasGelu / FastGelu (optional bias) / QuickGelu."""
 
     name = "ort"
+    summary = "com.microsoft contrib ops"
     # com.microsoft ops have no ONNX schema: a function body holding them
     # defeats onnx's type inference, so such calls are inlined
     fuses_function_bodies = False
@@ -148,6 +153,14 @@ class Ort(Target):
 _REGISTRY: dict[str, Target] = {t.name: t for t in (Custom(), Standard(), Ort())}
 # The target names, in the CLI's order (the one list of them).
 TARGETS: tuple[str, ...] = tuple(_REGISTRY)
+# The target of fuse/inspect/bench when none is named.
+DEFAULT: TargetName = "custom"
+
+
+def describe() -> str:
+    """Each target and what it writes, for the CLI's --target help."""
+    return "; ".join(f"{t.name}: {t.summary}" + (" (default)" if t.name == DEFAULT else "")
+                     for t in _REGISTRY.values())
 
 
 def get(target: "str | Target") -> Target:

@@ -24,6 +24,7 @@ from . import comparator as cmp
 from . import feedfiles, runners
 from .inputs import describe_inputs, make_inputs
 from ..errors import InputError
+from ..fusion.targets import DEFAULT as DEFAULT_TARGET
 
 BENCH_DIM_DEFAULT = 32
 DEFAULT_OPT_LEVELS = ("basic", "all")
@@ -144,7 +145,7 @@ def bench(
     original,
     fused=None,
     *,
-    target: str = "custom",
+    target: str = DEFAULT_TARGET,
     opt_levels=DEFAULT_OPT_LEVELS,
     threads: int = 2,
     warmup: int = 10,
