@@ -66,8 +66,9 @@ def checkable_in_memory(model: onnx.ModelProto) -> bool:
     data (the checker resolves it relative to a file) and room under
     protobuf's 2 GB (not ByteSize(): upb serializes the whole model for it).
     Otherwise it is checked as a file, after writing."""
-    return embedded_bytes(model) < MAX_PROTO_BYTES - (64 << 20) and not any(
-        t.data_location == TensorProto.EXTERNAL for t in iter_tensors(model))
+    if any(t.data_location == TensorProto.EXTERNAL for t in iter_tensors(model)):
+        return False
+    return embedded_bytes(model) < MAX_PROTO_BYTES - (64 << 20)
 
 
 def lowest_ir_version(model: onnx.ModelProto) -> int | None:

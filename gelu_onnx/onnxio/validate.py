@@ -16,6 +16,9 @@ from .tensors import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, ONNX_DOMAINS, tensor
 from .walk import attr_tensors, subgraphs, walk_graphs
 
 
+KNOWN_TYPES = frozenset(TensorProto.DataType.values())
+
+
 def max_opsets() -> dict[str, int]:
     last = onnx.helper.VERSION_TABLE[-1]  # (release, ir, ai.onnx, ml, training)
     return {"": onnx.defs.onnx_opset_version(), "ai.onnx.ml": last[3],
@@ -276,6 +279,8 @@ class Validator:
 
     # -- tensors and external data ---------------------------------------
     def tensor(self, t: TensorProto):
+        if t.data_type not in KNOWN_TYPES:  # the checker lets these through; runtimes refuse them
+            self.fail(f"tensor {quote(t.name)} has an unknown element type {t.data_type}")
         loc = t.data_location
         if loc not in (TensorProto.DEFAULT, TensorProto.EXTERNAL):
             self.fail(f"tensor {quote(t.name)} has an invalid data_location {loc}")

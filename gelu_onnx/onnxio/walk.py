@@ -45,6 +45,8 @@ def iter_graphs(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.GraphProto]]
     def walk(g, path):
         yield path, g
         for i, n in enumerate(g.node):
+            if not n.attribute:  # most nodes have none: skip the generator
+                continue
             for attr, sg in subgraphs(n):
                 yield from walk(sg, f"{path}/{n.name or f'#{i}'}/{attr}".lstrip("/"))
 
@@ -64,7 +66,8 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
             yield st.values
             yield st.indices
         for n in g.node:
-            yield from attr_tensors(n.attribute)
+            if n.attribute:
+                yield from attr_tensors(n.attribute)
     for f in model.functions:
         for n in f.node:
             yield from attr_tensors(n.attribute)
