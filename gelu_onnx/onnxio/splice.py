@@ -228,7 +228,10 @@ class Skeleton:
         pieces, total = self._pieces(model)
         if total > MAX_PROTO_BYTES:
             raise UnsupportedError(f"{shown}: the fused model would be over 2 GB in one file")
-        fd, tmp = tmp_in(os.path.realpath(out_dir), os.path.basename(out))
+        try:  # a read-only or full folder, no permission: one line, nothing left
+            fd, tmp = tmp_in(os.path.realpath(out_dir), os.path.basename(out))
+        except OSError as e:
+            raise InputError(f"{shown}: cannot write it ({e.strerror or e})") from None
         try:
             try:
                 for p in pieces:
