@@ -221,15 +221,11 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
 
 
 def _loadable_ir(model, shown, notes: list[str]) -> None:
-    """What a model needs beyond the IR floor must load in the installed
-    onnxruntime (asked, not assumed). fuse needs no runtime: without one,
-    nothing is asked and a note says so."""
+    """The IR version written must load in the installed onnxruntime (asked,
+    not assumed: onnxruntime 1.16 loads IR <= 9). fuse needs no runtime:
+    without one, nothing is asked and a note says so."""
     import importlib.util
 
-    from . import onnxio
-
-    if model.ir_version <= onnxio.IR_FLOOR:
-        return
     if importlib.util.find_spec("onnxruntime") is None:
         notes.append(f"the model needs IR version {model.ir_version}; onnxruntime is not installed, "
                      "so whether your runtime loads it was not asked")

@@ -73,9 +73,10 @@ def checkable_in_memory(model: onnx.ModelProto) -> bool:
 
 def lowest_ir_version(model: onnx.ModelProto) -> int | None:
     """The lowest IR version ``model`` can be written with (at least
-    ``IR_FLOOR``); None when one of its opsets is unknown to this onnx."""
+    ``IR_FLOOR``, or the newest this onnx knows when that is older: onnx 1.16
+    knows IR 10); None when one of its opsets is unknown to this onnx."""
     need = required_ir_version(model)
-    return None if need is None else max(need, IR_FLOOR)
+    return None if need is None else max(need, min(IR_FLOOR, onnx.IR_VERSION))
 
 
 def lower_ir_version(model: onnx.ModelProto) -> int | None:
