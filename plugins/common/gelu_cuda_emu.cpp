@@ -45,7 +45,8 @@ template <typename P> inline void from_f32v(const float* f, P& p) {
 namespace {
 std::atomic<int> g_order{GELU_EMU_FORWARD};
 std::atomic<unsigned> g_seed{1};
-thread_local char g_last_error[64] = "";
+thread_local char g_last_error[96] = "";
+std::atomic<bool> g_fail_next{false};
 
 template <int FORM, typename T, int VEC, bool BIAS>
 void run_grid(const void* x, const void* b, int64_t bl, void* y, int64_t n, float a) {
@@ -92,6 +93,10 @@ gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, const void*
   bool empty;
   const gelu_status_t st = gelu_cuda_check_args(form, dtype, x, bias, bias_len, y, n, &empty);
   if (st != GELU_OK || empty) return st;
+  if (g_fail_next.exchange(false)) {  // a failed launch, as the device build reports one
+    snprintf(g_last_error, sizeof(g_last_error), "%s", "too many resources requested for launch (emulated)");
+    return GELU_ERR_CUDA;
+  }
   if (form == GELU_FORM_ERF) dispatch_dtype<GELU_FORM_ERF>(dtype, x, bias, bias_len, y, n, alpha);
   else if (form == GELU_FORM_TANH) dispatch_dtype<GELU_FORM_TANH>(dtype, x, bias, bias_len, y, n, alpha);
   else dispatch_dtype<GELU_FORM_SIGMOID>(dtype, x, bias, bias_len, y, n, alpha);
@@ -99,6 +104,8 @@ gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, const void*
 }
 
 const char* gelu_cuda_last_error(void) { return g_last_error; }
+
+void gelu_cuda_emu_fail_next_launch(void) { g_fail_next.store(true); }
 
 void gelu_cuda_emu_order(int order, unsigned seed) {
   g_order.store(order);

@@ -13,6 +13,10 @@ enum { GELU_EMU_FORWARD = 0, GELU_EMU_REVERSE = 1, GELU_EMU_SHUFFLED = 2 };
 // The order in which the emulated (block, thread) pairs run; seed: shuffled.
 void gelu_cuda_emu_order(int order, unsigned seed);
 
+// The next gelu_cuda_launch fails like a device launch does (GELU_ERR_CUDA,
+// with text in gelu_cuda_last_error()): how error reporting is tested.
+void gelu_cuda_emu_fail_next_launch(void);
+
 #ifdef __cplusplus
 }
 #endif

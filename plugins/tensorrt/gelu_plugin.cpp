@@ -212,7 +212,11 @@ int32_t GeluPlugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const n
   const gelu_status_t rc = gelu_cuda_launch(a.form, a.dtype, inputs[0], params_.bias ? inputs[1] : nullptr,
                                             a.bias_len, outputs[0], a.n, a.alpha, static_cast<void*>(stream));
   if (rc != GELU_OK) {
-    report("enqueue", Status::Error("gelu_cuda_launch failed with status " + std::to_string(static_cast<int>(rc))));
+    // The CUDA error's own text (cudaGetErrorString) is what a user can act on.
+    std::string why = "gelu_cuda_launch failed with status " + std::to_string(static_cast<int>(rc));
+    const char* cuda = (rc == GELU_ERR_CUDA || rc == GELU_ERR_NO_CUDA) ? gelu_cuda_last_error() : nullptr;
+    if (cuda != nullptr && *cuda != '\0') why += std::string(": ") + cuda;
+    report("enqueue", Status::Error(why));
     return 1;
   }
   return 0;
