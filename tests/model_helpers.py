@@ -52,18 +52,26 @@ def save(m: onnx.ModelProto, path) -> str:
     return str(path)
 
 
-def external_model(folder: Path, data: str = "w.bin", seed: int = 0) -> Path:
-    """x @ W (W in external file `data`) -> erf GELU."""
-    rng = np.random.default_rng(seed)
-    w = nh.from_array(rng.standard_normal((EXTERNAL_H, EXTERNAL_H)).astype(np.float32), "W")
-    c = [h.make_tensor(n, T.FLOAT, [], [v]) for n, v in (("r2", 2**0.5), ("one", 1.0), ("half", 0.5))]
+def matmul_gelu_model(w: np.ndarray, path: Path, external: str | None = None) -> Path:
+    """x @ W -> erf GELU, saved at ``path`` (W in the external file ``external``
+    when given)."""
+    n = w.shape[0]
+    c = [h.make_tensor(k, T.FLOAT, [], [v]) for k, v in (("r2", 2**0.5), ("one", 1.0), ("half", 0.5))]
     nodes = [h.make_node("MatMul", ["x", "W"], ["m"]), h.make_node("Div", ["m", "r2"], ["d"]),
              h.make_node("Erf", ["d"], ["e"]), h.make_node("Add", ["e", "one"], ["p"]),
              h.make_node("Mul", ["m", "p"], ["q"]), h.make_node("Mul", ["q", "half"], ["y"])]
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["n", EXTERNAL_H])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["n", EXTERNAL_H])], [w, *c])
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["n", n])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["n", n])], [nh.from_array(w, "W"), *c])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "model.onnx"
-    onnx.save(m, str(path), save_as_external_data=True, location=data, size_threshold=1024)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if external:
+        onnx.save(m, str(path), save_as_external_data=True, location=external, size_threshold=1024)
+    else:
+        onnx.save(m, str(path))
     return path
+
+
+def external_model(folder: Path, data: str = "w.bin", seed: int = 0) -> Path:
+    """x @ W (W in external file `data`) -> erf GELU."""
+    w = np.random.default_rng(seed).standard_normal((EXTERNAL_H, EXTERNAL_H)).astype(np.float32)
+    return matmul_gelu_model(w, folder / "model.onnx", data)

@@ -12,33 +12,17 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto as T
-from onnx import helper as h
-from onnx import numpy_helper as nh
 
 from gelu_onnx.onnxio import splice
+from model_helpers import matmul_gelu_model
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _model(n: int, path: Path, external: str | None = None) -> Path:
     """x @ W -> erf GELU; W is n x n float32 (n = 4200: 67 MiB, the splice path)."""
-    w = nh.from_array(np.full((n, n), 0.01, np.float32), "W")
-    c = [h.make_tensor(k, T.FLOAT, [], [v]) for k, v in (("r2", 2**0.5), ("one", 1.0), ("half", 0.5))]
-    nodes = [h.make_node("MatMul", ["x", "W"], ["m"]), h.make_node("Div", ["m", "r2"], ["d"]),
-             h.make_node("Erf", ["d"], ["e"]), h.make_node("Add", ["e", "one"], ["p"]),
-             h.make_node("Mul", ["m", "p"], ["q"]), h.make_node("Mul", ["q", "half"], ["y"])]
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["b", n])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["b", n])], [w, *c])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if external:
-        onnx.save(m, str(path), save_as_external_data=True, location=external, size_threshold=1024)
-    else:
-        onnx.save(m, str(path))
-    return path
+    return matmul_gelu_model(np.full((n, n), 0.01, np.float32), path, external)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +100,7 @@ def test_check_save_inputs_into_a_faulty_folder_changes_nothing(inputs, tmpfs, f
     out = _prepare(mnt, fault)
     saved = mnt / "inputs.npz"
     before = _snapshot(mnt)
-    r = _gelu("check", inputs["small"], inputs["small"], "--save-inputs", saved, "--dim", "b=512")
+    r = _gelu("check", inputs["small"], inputs["small"], "--save-inputs", saved, "--dim", "n=512")
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "inputs.npz" in lines[0], r.stderr
     assert ("No space left" if fault == "full" else "Read-only") in lines[0], lines
