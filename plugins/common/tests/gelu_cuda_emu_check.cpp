@@ -150,7 +150,9 @@ char* guarded(size_t bytes) {
 }
 
 int huge() {
-  const int64_t bl = 1000, n = (int64_t(1) << 31) + 11 * bl;  // 2 * n % 16 == 0
+  // n > 2^31, a multiple of the bias length (else the launch refuses the
+  // bias) and of 8 (2 * n % 16 == 0: the vector kernel covers it all)
+  const int64_t bl = 1000, n = ((int64_t(1) << 31) / bl + 12) * bl;
   char* x = guarded(n * 2);
   char* b = guarded(bl * 2);
   char* y = guarded(n * 2);
@@ -175,7 +177,11 @@ int huge() {
     char* yv = y + off * 2;
     const char* bv = view ? nullptr : b;
     memset(yv, 0x7f, m * 2);
-    if (gelu_cuda_launch(GELU_FORM_ERF, GELU_DTYPE_F16, xv, bv, vbl, yv, m, 0.f, nullptr) != GELU_OK) return 4;
+    const gelu_status_t st = gelu_cuda_launch(GELU_FORM_ERF, GELU_DTYPE_F16, xv, bv, vbl, yv, m, 0.f, nullptr);
+    if (st != GELU_OK) {
+      fprintf(stderr, "gelu_cuda_launch refused n=%lld: status %d\n", (long long)m, (int)st);
+      return 4;
+    }
     const int64_t chunk = bl << 13;  // a multiple of the bias length
     std::vector<char> ref(chunk * 2);
     for (int64_t s = 0; s < m; s += chunk) {
