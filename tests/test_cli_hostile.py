@@ -1,4 +1,4 @@
-"""The hostile corpus of tests/test_onnxio_hostile.py through the real CLI
+"""The hostile corpus (tests/hostile_corpus.py) through the real CLI
 (``python -m gelu_onnx``) in subprocesses: for every file and every command
 (fuse, inspect, check with the file as either model) the exit code is 2 or 3,
 stderr is exactly one line, there is no traceback, nothing is written and
@@ -21,23 +21,13 @@ from pathlib import Path
 
 import pytest
 
+import hostile_corpus as hostile
+
 REPO = Path(__file__).resolve().parents[1]
 
 if importlib.util.find_spec("gelu_onnx.cli") is None:
     pytest.skip("gelu_onnx.cli is not there yet", allow_module_level=True)
 
-
-def _corpus():
-    name = "_hostile_corpus"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("test_onnxio_hostile.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-hostile = _corpus()
 NAMES = sorted(hostile.CASES)
 FULL = os.environ.get("GELU_ONNX_FULL_HOSTILE") == "1"
 COMMANDS = ("fuse", "inspect", "check-original", "check-fused")

@@ -1,16 +1,14 @@
 """gelu_onnx.onnxio on valid models: what loads, what is written, external data
 kept external (never loaded), the output folder self-contained, IR clamping.
 
-Hostile inputs are in tests/test_onnxio_hostile.py.  The > 2 GB round trip needs
+Hostile inputs are in tests/test_onnxio_hostile.py (corpus: tests/hostile_corpus.py).  The > 2 GB round trip needs
 ~7 GB of RAM and a minute: it runs with GELU_ONNX_LARGE_TESTS=1.
 """
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,12 +22,8 @@ from scipy.special import erf
 from gelu_onnx import onnxio
 from gelu_onnx.onnxio.tensors import external_info
 from gelu_onnx.errors import InputError, UnsafeModelError
+from hostile_corpus import ffn_model, save_external, write_proto
 
-_spec = importlib.util.spec_from_file_location("_hostile_corpus", Path(__file__).with_name("test_onnxio_hostile.py"))
-hostile = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = hostile
-_spec.loader.exec_module(hostile)
-ffn_model, save_external, write_proto = hostile.ffn_model, hostile.save_external, hostile.write_proto
 
 REPO = Path(__file__).resolve().parents[1]
 F = TensorProto.FLOAT
