@@ -4,6 +4,11 @@ files: feedfiles / arrayfiles / polyjson) -> runners (ONNX Runtime,
 TensorRT; one ``run(feeds)``) -> comparator (per output errors against the
 dtype's tolerance) -> parity_check (the check: iterations, providers,
 --localize per GELU, reports). bench times two models side by side.
+
+The comparison and the check live in comparator.py and parity_check.py, not
+compare.py / check.py: this package exports the functions ``compare`` and
+``check``, and a submodule of the same name would be shadowed by them
+(``from gelu_onnx.verify import check`` must mean one thing).
 """
 from __future__ import annotations
 

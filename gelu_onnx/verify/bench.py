@@ -199,9 +199,8 @@ def bench(
         feeds, src = feedfiles.load_npz(inputs, po, allow_pickle), \
             f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
     use = runners.resolve_library(use_library)
-    from .parity_check import library_warnings
 
-    warnings = library_warnings(fused_arg.model, use, use_library, [provider])
+    warnings = runners.library_warnings(fused_arg.model, use, use_library, [provider])
     tick = progress or (lambda n=1: None)
     results = []
     for lvl in opt_levels:

@@ -222,7 +222,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         if dropped:
             problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
     use = runners.resolve_library(use_library)
-    warnings += library_warnings(lf.model, use, use_library, providers)
+    warnings += runners.library_warnings(lf.model, use, use_library, providers)
     if "tensorrt" in providers + [reference_provider]:
         notes.append("TensorRT runs the model through gelu_onnx.tensorrt (the library flag does not apply there)")
 
@@ -304,23 +304,3 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         fusions=runs[0].fusions, first_failure=runs[0].first_failure,
         problems=problems, notes=notes, warnings=warnings)
 
-
-def library_warnings(fused, use: bool, asked, providers) -> list[str]:
-    """What the user must know when our kernels will not run: a check that
-    passes then proves the model-local functions, not the kernels."""
-    from .. import contract
-    from ..onnxio.walk import walk_graphs
-
-    if not any(n.domain == contract.DOMAIN for g in walk_graphs(fused.graph) for n in g.node):
-        return []
-    out = []
-    if not use and asked is None:
-        out.append("the gelu-onnx custom-op library is not available: ONNX Runtime runs the fused ops' "
-                   "model-local functions, not our kernels (see `gelu-onnx info`)")
-    if use and "cuda" in providers:
-        from ..buildinfo import build_info
-
-        if build_info()["build"].get("cuda_kernels") is False:
-            out.append("this build has no CUDA kernels: our ops run on the CPU inside the CUDA session "
-                       "(see `gelu-onnx info`)")
-    return out

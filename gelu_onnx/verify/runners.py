@@ -38,7 +38,7 @@ def make_session_options(use_library: bool, opt_level: str = "all", threads: int
     import onnxruntime as ort
 
     if use_library:
-        from .. import session_options
+        from ..ortlib import session_options
 
         so = session_options()
     else:
@@ -254,3 +254,24 @@ def resolve_library(use_library) -> bool:
 def model_label(m) -> str:
     path = getattr(m, "path", None) if not isinstance(m, (str, os.PathLike)) else m
     return "<memory>" if path is None else str(path)
+
+
+def library_warnings(fused, use: bool, asked, providers) -> list[str]:
+    """What the user must know when our kernels will not run: a check that
+    passes then proves the model-local functions, not the kernels."""
+    from .. import contract
+    from ..onnxio.walk import walk_graphs
+
+    if not any(n.domain == contract.DOMAIN for g in walk_graphs(fused.graph) for n in g.node):
+        return []
+    out = []
+    if not use and asked is None:
+        out.append("the gelu-onnx custom-op library is not available: ONNX Runtime runs the fused ops' "
+                   "model-local functions, not our kernels (see `gelu-onnx info`)")
+    if use and "cuda" in providers:
+        from ..buildinfo import build_info
+
+        if build_info()["build"].get("cuda_kernels") is False:
+            out.append("this build has no CUDA kernels: our ops run on the CPU inside the CUDA session "
+                       "(see `gelu-onnx info`)")
+    return out
