@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import corpus_checks as checks
-import gelu_corpus as corpus
+import corpus_frames as frames
 import graph_build as GB
 import onnx
 from hypothesis import HealthCheck, assume, given, note, settings
@@ -111,7 +111,7 @@ def _gelu_in(g: GB.Builder, s: Spec, x: str, outer: int, wrap: bool, ok: bool):
     return y, extra
 
 
-def build(s: Spec) -> corpus.Case:
+def build(s: Spec) -> frames.Case:
     outer, wrap = _DTYPE_MODES[s.dtype_mode]
     inner = GB.F32 if wrap else outer
     # The independent verdict on the (rounded) constants of this chain.
@@ -175,7 +175,7 @@ def build(s: Spec) -> corpus.Case:
     elif not verdict and s.extra is None:
         a = pch.consts.get("alpha")
         codes = (("silu",) if a == 1.0 else ("alpha-range",)) if pch.form == "sigmoid" else ("tolerance",)
-    return corpus.Case(f"fuzz/{s.family}", b.model(), list(b.chains), codes, f"verdict={verdict}")
+    return frames.Case(f"fuzz/{s.family}", b.model(), list(b.chains), codes, f"verdict={verdict}")
 
 
 @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None, print_blob=True,
