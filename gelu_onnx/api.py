@@ -50,7 +50,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         m = ModelProto()
         m.CopyFrom(src)
     res = FuseResult(m, t.name)
-    m, fplan = functions.prepare(m, t, res, fuse_with_report)
+    m, fplan = functions.fuse_functions(m, t, res, fuse_with_report)
     res.model = m
     plans = fusion.plan(m, base_dir)
     if t.needs_upgrade(m) and fusion.expressible(plans, t):

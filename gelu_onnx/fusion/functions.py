@@ -173,7 +173,8 @@ def _label(f: FunctionProto, sites: list[str]) -> str:
 _MAX_ROUNDS = 4  # functions inlined into functions inlined into ...
 
 
-def prepare(model: ModelProto, target: Target, res: FuseResult, fuse_body, depth: int = 0) -> tuple[ModelProto, FunctionPlan]:
+def fuse_functions(model: ModelProto, target: Target, res: FuseResult, fuse_body,
+                   depth: int = 0) -> tuple[ModelProto, FunctionPlan]:
     """Fuse GELUs inside ``model``'s functions (in place) or inline the
     functions that need it (a new model is returned then). ``fuse_body(m,
     target)`` is the library's fuse_with_report; fusions and near-misses go
@@ -215,7 +216,7 @@ def prepare(model: ModelProto, target: Target, res: FuseResult, fuse_body, depth
             continue
         if target.needs_upgrade(model):
             target.prepare(model, res.notes)
-            return prepare(model, target, res, fuse_body, depth)  # bodies changed: start over
+            return fuse_functions(model, target, res, fuse_body, depth)  # bodies changed: start over
         _put_back(model, f, got.model)
         for fu in got.fusions:
             fu.graph = _label(f, names) + (f"/{fu.graph}" if fu.graph else "")
@@ -247,7 +248,7 @@ def prepare(model: ModelProto, target: Target, res: FuseResult, fuse_body, depth
                      f"(call sites differ in type or are inside another function, or the bias is a call-site "
                      f"constant)")
     if depth < _MAX_ROUNDS and holds_gelu(out):  # a GELU inlined into another function's body
-        out, again = prepare(out, target, res, fuse_body, depth + 1)
+        out, again = fuse_functions(out, target, res, fuse_body, depth + 1)
         plan.inlined = {}  # two numberings: call sites no longer known by suffix
         plan.names += again.names
     return out, plan

@@ -190,7 +190,8 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult) -> None:
         for s in g.selected:
             mt, c = s.match, s.candidate
             if c.legacy:
-                regions.append((mt, legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph), False))
+                new = legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph)
+                regions.append((mt, new, False))
             else:
                 emit = native.emit if mt.single_op is not None else emit_nodes
                 regions.append((mt, emit(mt, s.emission, s.compute_type, s.use_bias, names), s.use_bias))
