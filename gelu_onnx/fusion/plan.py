@@ -127,7 +127,7 @@ def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]
             why = target.unsupported(mt.form, ct)
             if why:
                 a = idx.node(mt.anchor)
-                res.near_misses.append(NearMiss(idx.path, a.name or f"{a.op_type}#{mt.anchor}", why[0], why[1],
+                res.near_misses.append(NearMiss(idx.path, a.name or f"{a.op_type}#{mt.anchor}", why.code, why.reason,
                                                 mt.form))
                 continue
             use_bias = c.has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type

@@ -8,6 +8,7 @@ ort      : com.microsoft Gelu / BiasGelu / FastGelu (optional bias) / QuickGelu.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TensorProto, helper
@@ -20,6 +21,14 @@ from .rewrite import Emission, add_functions, default_opset, ensure_opset
 TargetName = Literal["custom", "standard", "ort"]
 
 _FLOAT = TensorProto.FLOAT
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Why a target cannot express a GELU (it becomes a near-miss)."""
+
+    code: Code
+    reason: str
 
 
 class Target:
@@ -46,11 +55,11 @@ class Target:
     def __repr__(self) -> str:
         return f"<target {self.name}>"
 
-    def unsupported(self, form: str, elem_type: int) -> tuple[Code, str] | None:
-        """None if the target can express this GELU in this dtype, else (code, why not)."""
+    def unsupported(self, form: str, elem_type: int) -> Unsupported | None:
+        """None if the target can express this GELU in this dtype, else why not."""
         if elem_type not in C.KERNEL_DTYPES:
             dt = C.FLOAT_DTYPES.get(elem_type, str(elem_type))
-            return Code.UNSUPPORTED_DTYPE, f"{self._owner} support float32/float16/bfloat16, not {dt}"
+            return Unsupported(Code.UNSUPPORTED_DTYPE, f"{self._owner} support float32/float16/bfloat16, not {dt}")
         return None
 
     def takes_bias(self, form: str) -> bool:
@@ -114,9 +123,11 @@ class Standard(Target):
 
     def unsupported(self, form, elem_type):
         if form == "sigmoid":
-            return Code.NO_STANDARD_OP, "ONNX has no standard op for x*sigmoid(alpha*x) (QuickGELU); left as is"
+            return Unsupported(Code.NO_STANDARD_OP,
+                               "ONNX has no standard op for x*sigmoid(alpha*x) (QuickGELU); left as is")
         if elem_type not in C.FLOAT_DTYPES:
-            return Code.UNSUPPORTED_DTYPE, f"Gelu-20 has no {C.FLOAT_DTYPES.get(elem_type, str(elem_type))} kernel type"
+            return Unsupported(Code.UNSUPPORTED_DTYPE,
+                               f"Gelu-20 has no {C.FLOAT_DTYPES.get(elem_type, str(elem_type))} kernel type")
         return None
 
     def takes_bias(self, form: str) -> bool:
