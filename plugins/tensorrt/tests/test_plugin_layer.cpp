@@ -18,6 +18,7 @@
 #include "check.h"
 #include "gelu_contract.h"
 #include "gelu_trt_core.h"
+#include "plugin_test_util.h"
 
 extern "C" nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators);
 extern "C" int32_t gelu_onnx_trt_register_creators() noexcept;
@@ -26,10 +27,9 @@ using namespace nvinfer1;
 
 namespace {
 
-struct Deleter {
-  void operator()(IPluginV3* p) const { delete p; }
-};
-using PluginPtr = std::unique_ptr<IPluginV3, Deleter>;
+using plugin_test::build_plugin;
+using plugin_test::dims;
+using plugin_test::PluginPtr;
 
 IPluginV3OneCore* core(IPluginV3* p) {
   return static_cast<IPluginV3OneCore*>(p->getCapabilityInterface(PluginCapabilityType::kCORE));
@@ -39,14 +39,6 @@ IPluginV3OneBuild* build(IPluginV3* p) {
 }
 IPluginV3OneRuntime* runtime(IPluginV3* p) {
   return static_cast<IPluginV3OneRuntime*>(p->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
-}
-
-Dims dims(std::initializer_list<int64_t> v) {
-  Dims d{};
-  d.nbDims = static_cast<int32_t>(v.size());
-  int i = 0;
-  for (int64_t x : v) d.d[i++] = x;
-  return d;
 }
 
 DynamicPluginTensorDesc dyn(Dims d, DataType t, Dims mn, Dims mx) {
@@ -93,10 +85,7 @@ void exercise(IPluginCreatorV3One* creator) {
   }
 
   // kBUILD with the fields exactly as the parser builds them (FLOAT -> kFLOAT32, length 1)
-  const float alpha = 1.5f;
-  PluginField f(GELU_ONNX_ATTR_ALPHA, &alpha, PluginFieldType::kFLOAT32, 1);
-  PluginFieldCollection fc{sigmoid ? 1 : 0, sigmoid ? &f : nullptr};
-  PluginPtr p(creator->createPlugin("layer0", &fc, TensorRTPhase::kBUILD));
+  PluginPtr p = build_plugin(creator, sigmoid, 1.5f, "layer0");
   CHECK(p != nullptr);
   if (!p) return;
   CHECK(std::string(p->getInterfaceInfo().kind) == "PLUGIN");

@@ -25,6 +25,7 @@
 #include "gelu_kernels.h"
 #include "gelu_simd_scalar.h"
 #include "gelu_trt_core.h"
+#include "plugin_test_util.h"
 
 extern "C" const char* nvinfer_standin_log() noexcept;
 
@@ -32,22 +33,13 @@ using namespace nvinfer1;
 
 namespace {
 
-struct Deleter {
-  void operator()(IPluginV3* p) const { delete p; }
-};
-using PluginPtr = std::unique_ptr<IPluginV3, Deleter>;
+using plugin_test::build_plugin;
+using plugin_test::dims;
+using plugin_test::PluginPtr;
 
 template <typename T>
 T* cap(IPluginV3* p, PluginCapabilityType t) {
   return static_cast<T*>(p->getCapabilityInterface(t));
-}
-
-Dims dims(std::initializer_list<int64_t> v) {
-  Dims d{};
-  d.nbDims = static_cast<int32_t>(v.size());
-  int i = 0;
-  for (int64_t x : v) d.d[i++] = x;
-  return d;
 }
 
 struct Buffer {  // host memory: the emulated kernels read and write it directly
@@ -79,11 +71,9 @@ void run_sequence(IPluginCreatorV3One* creator, const gelu_trt::OpInfo& op, Case
   const bool sigmoid = op.form == gelu_trt::Form::kSigmoid;
   const int32_t nin = op.bias ? 2 : 1;
   const float alpha = 1.702f;
-  PluginField f(GELU_ONNX_ATTR_ALPHA, &alpha, PluginFieldType::kFLOAT32, 1);
-  PluginFieldCollection fc{sigmoid ? 1 : 0, sigmoid ? &f : nullptr};
 
   // build phase
-  PluginPtr p(creator->createPlugin("gelu", &fc, TensorRTPhase::kBUILD));
+  PluginPtr p = build_plugin(creator, sigmoid, alpha, "gelu");
   CHECK(p != nullptr);
   if (!p) return;
   auto* b = cap<IPluginV3OneBuild>(p.get(), PluginCapabilityType::kBUILD);
