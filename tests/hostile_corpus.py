@@ -313,7 +313,6 @@ def _escape_in_sparse(m):
 
 
 VALID = _valid_bytes()
-_rng = random.Random(1234)
 
 CASES = {
     # not a model at all
