@@ -35,6 +35,8 @@ FP64 = re.compile(r"^(DADD|DMUL|DFMA|DSETP|DSET|DMNMX|DMMA)\b|\.F64|64H\b")
 ELEM = {"f": ("f32", 4), "6__half": ("f16", 2), "13__nv_bfloat16": ("bf16", 2)}
 FORMS = {"0": "erf", "1": "tanh", "2": "sigmoid"}
 NAME = re.compile(r"gelu_kernelILi(\d)E(f|6__half|13__nv_bfloat16)Li(\d+)ELb([01])E")
+# A branch's target: its last operand (a predicate may come first: BRA P2, 0x1a40).
+BRANCH_TARGET = re.compile(r"(0x[0-9a-f]+)\s*$")
 INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 
 
@@ -131,7 +133,7 @@ def _blocks(insns):
     for i, (_a, _p, op, args) in enumerate(insns):
         if op.startswith(("BRA", "EXIT", "RET", "JMP", "BRX")):
             leaders.add(i + 1)
-            t = re.match(r"\s*(0x[0-9a-f]+)", args)
+            t = BRANCH_TARGET.search(args)
             if t and int(t.group(1), 16) in addr_idx:
                 leaders.add(addr_idx[int(t.group(1), 16)])
     starts = sorted(x for x in leaders if x < len(insns))
@@ -148,7 +150,7 @@ def _blocks(insns):
         out = []
         uncond = pred in ("", "@PT")
         if op.startswith(("BRA", "JMP")):
-            t = re.match(r"\s*(0x[0-9a-f]+)", args)
+            t = BRANCH_TARGET.search(args)
             if t and int(t.group(1), 16) in addr_idx:
                 out.append(block_of[addr_idx[int(t.group(1), 16)]])
             if not uncond and e < len(insns):

@@ -57,6 +57,36 @@ GELU_HD inline float apply(float v, float alpha) {
   return gelu_scalar::gelu_sigmoid_v(v, alpha);
 }
 
+// apply() where the fast-range formulas hold (the same bits there); sets slow
+// for an element outside it (|x| > 12 for erf, |s| > 450 or a quotient
+// outside [2^-100, 2^100] for tanh/sigmoid, NaN), whose result is then unused.
+template <int FORM>
+GELU_HD inline float apply_inrange(float v, float alpha, bool& slow) {
+  using namespace gelu_scalar;
+  if (FORM == GELU_FORM_ERF) {
+    const float ax = vabs(v);
+    slow |= !(ax <= GELU_ERF_FAST_X);
+    return gelu_erf_core<false, false>(v, ax);
+  }
+  const float s = FORM == GELU_FORM_TANH ? gelu_tanh_s(v, vmul(v, v)) : gelu_sigmoid_s(v, alpha);
+  const float y = gelu_xsig_mid<true>(v, s);
+  const float ay = vabs(y);
+  slow |= !(vabs(s) <= GELU_SIG_FAST_S) | !(ay >= 0x1p-100f) | !(ay <= 0x1p100f);
+  return y;
+}
+
+// x (+ b) of one pack as floats.
+template <bool BIAS, typename P>
+GELU_HD inline void load_f32(const P& px, const P& pb, float* v) {
+  gelu_cuda_io::to_f32v(px, v);
+  if (BIAS) {
+    float w[sizeof(px.v) / sizeof(px.v[0])];
+    gelu_cuda_io::to_f32v(pb, w);
+GELU_UNROLL
+    for (size_t e = 0; e < sizeof(px.v) / sizeof(px.v[0]); ++e) v[e] += w[e];
+  }
+}
+
 template <int FORM, typename T>
 GELU_HD inline T one(T xv, const T* b, int64_t bi, float alpha) {
   float v = gelu_cuda_io::to_f32(xv);
@@ -69,8 +99,10 @@ GELU_HD inline T one(T xv, const T* b, int64_t bi, float alpha) {
 //    tile_start + k * kThreads + tid (each k coalesced across the warp); all
 //    loads of a step are issued before its math.
 //  * The bias offset of each of the kUnroll packs runs along with the tile
-//    (+ step mod bias_len, one compare), no 64-bit modulo per pack; BIAS with
+//    (+ step mod bias_len, one compare), 32-bit, no modulo per pack; BIAS with
 //    VEC > 1 needs bias_len % VEC == 0 (each pack then sits in one bias row).
+//    A bias row of 2^31 elements or more (8 GB of fp32; no model has one)
+//    skips the tiles: the loop below takes every pack, a 64-bit modulo each.
 //  * The remaining (< one tile per block) packs, then the < VEC tail elements.
 template <int FORM, typename T, int VEC, bool BIAS>
 GELU_HD inline void gelu_body(int64_t block, int64_t blocks, int tid, const T* __restrict__ x,
@@ -80,12 +112,15 @@ GELU_HD inline void gelu_body(int64_t block, int64_t blocks, int tid, const T* _
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kUnroll;
   const P* xp = reinterpret_cast<const P*>(x);
   P* yp = reinterpret_cast<P*>(y);
-  const int64_t packs = n / VEC, full = packs / kTile;
-  int64_t boff[kUnroll] = {};
-  int64_t bstep = 0;
+  const int64_t packs = n / VEC;
+  const int64_t full = !BIAS || bias_len <= INT32_MAX ? packs / kTile : 0;
+  // Offsets and step < bias_len <= 2^31 - 1: their sum fits 32 bits.
+  uint32_t boff[kUnroll] = {}, bstep = 0;
+  const uint32_t blen = static_cast<uint32_t>(bias_len);
   if (BIAS && block < full) {
-    for (int k = 0; k < kUnroll; ++k) boff[k] = ((block * kTile + k * kThreads + tid) * VEC) % bias_len;
-    bstep = (blocks * kTile * VEC) % bias_len;
+    for (int k = 0; k < kUnroll; ++k)
+      boff[k] = static_cast<uint32_t>(((block * kTile + k * kThreads + tid) * VEC) % bias_len);
+    bstep = static_cast<uint32_t>((blocks * kTile * VEC) % bias_len);
   }
   for (int64_t t = block; t < full; t += blocks) {
     const int64_t p0 = t * kTile + tid;
@@ -96,23 +131,34 @@ GELU_UNROLL
 GELU_UNROLL
       for (int k = 0; k < kUnroll; ++k) pb[k] = gelu_cuda_io::ld_keep(reinterpret_cast<const P*>(b + boff[k]));
     }
+    // The step's kUnroll * VEC elements through the in-range formulas, one
+    // flag for all of them; a step with any element out of range (rare)
+    // recomputes them all with the exact formulas. Both give the same bits
+    // wherever the in-range formulas apply.
+    float v[kUnroll][VEC];
+    bool slow = false;
 GELU_UNROLL
     for (int k = 0; k < kUnroll; ++k) {
-      float v[VEC], w[VEC];
-      gelu_cuda_io::to_f32v(px[k], v);
-      if (BIAS) {
-        gelu_cuda_io::to_f32v(pb[k], w);
+      load_f32<BIAS>(px[k], pb[k], v[k]);
 GELU_UNROLL
-        for (int e = 0; e < VEC; ++e) v[e] += w[e];
+      for (int e = 0; e < VEC; ++e) v[k][e] = apply_inrange<FORM>(v[k][e], alpha, slow);
+    }
+    if (slow) {
+GELU_UNROLL
+      for (int k = 0; k < kUnroll; ++k) {
+        load_f32<BIAS>(px[k], pb[k], v[k]);
+GELU_UNROLL
+        for (int e = 0; e < VEC; ++e) v[k][e] = apply<FORM>(v[k][e], alpha);
       }
+    }
 GELU_UNROLL
-      for (int e = 0; e < VEC; ++e) v[e] = apply<FORM>(v[e], alpha);
+    for (int k = 0; k < kUnroll; ++k) {
       P py;
-      gelu_cuda_io::from_f32v(v, py);
+      gelu_cuda_io::from_f32v(v[k], py);
       gelu_cuda_io::st_stream(yp + p0 + k * kThreads, py);
       if (BIAS) {
         boff[k] += bstep;
-        if (boff[k] >= bias_len) boff[k] -= bias_len;
+        if (boff[k] >= blen) boff[k] -= blen;
       }
     }
   }

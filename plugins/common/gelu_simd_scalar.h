@@ -36,6 +36,23 @@ GELU_HD inline vf vsub(vf a, vf b) { return a - b; }
 GELU_HD inline vf vmul(vf a, vf b) { return a * b; }
 GELU_HD inline vf vdiv(vf a, vf b) { return a / b; }
 GELU_HD inline vf vfma(vf a, vf b, vf c) { return fmaf(a, b, c); }
+// a / b for operands and quotient well inside the normal range (callers say
+// why): on the device, the fast path nvcc emits for an IEEE division without
+// its range check (FCHK) and slow-path branch: a hardware reciprocal, one
+// Newton step, the quotient and one residual correction, all FMAs, which give
+// the correctly rounded quotient in that range; on the host, a / b.
+GELU_HD inline vf vdiv_inrange(vf a, vf b) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  r = __fmaf_rn(r, __fmaf_rn(-b, r, 1.0f), r);
+  const float q = __fmaf_rn(a, r, 0.0f);
+  return __fmaf_rn(r, __fmaf_rn(-b, q, a), q);
+#else
+  return a / b;
+#endif
+}
+#define GELU_VDIV_INRANGE vdiv_inrange
 GELU_HD inline vf vround(vf a) { return rintf(a); }  // nearest even (default mode)
 // t * 2^(m >> 2) for m = bits(j) - MAGIC_BITS: (MAGIC_BITS >> 2) << 23 wraps to
 // 0 in 32 bits and MAGIC_BITS is a multiple of 4, so this is floor(m/4) << 23.
