@@ -58,20 +58,19 @@ GELU_HD inline float apply(float v, float alpha) {
 }
 
 // apply() where the fast-range formulas hold (the same bits there); sets slow
-// for an element outside it (|x| > 12 for erf, |s| > 450 or a quotient
-// outside [2^-100, 2^100] for tanh/sigmoid, NaN), whose result is then unused.
+// for an element outside it (|x| > 12 for erf; |s| > 450 or a quotient below
+// 2^-100 for tanh/sigmoid, whose denominator is in [1, 2^114]; NaN), whose
+// result is then unused. fabsf: the tests take |.| as a free operand modifier.
 template <int FORM>
 GELU_HD inline float apply_inrange(float v, float alpha, bool& slow) {
   using namespace gelu_scalar;
   if (FORM == GELU_FORM_ERF) {
-    const float ax = vabs(v);
-    slow |= !(ax <= GELU_ERF_FAST_X);
-    return gelu_erf_core<false, false>(v, ax);
+    slow |= !(fabsf(v) <= GELU_ERF_FAST_X);
+    return gelu_erf_core<false, false>(v, vabs(v));
   }
   const float s = FORM == GELU_FORM_TANH ? gelu_tanh_s(v, vmul(v, v)) : gelu_sigmoid_s(v, alpha);
   const float y = gelu_xsig_mid<true>(v, s);
-  const float ay = vabs(y);
-  slow |= !(vabs(s) <= GELU_SIG_FAST_S) | !(ay >= 0x1p-100f) | !(ay <= 0x1p100f);
+  slow |= !(fabsf(s) <= GELU_SIG_FAST_S) | !(fabsf(y) >= 0x1p-100f);
   return y;
 }
 
