@@ -31,14 +31,17 @@ struct alignas(VEC * sizeof(T)) Pack {
 };
 
 constexpr int kThreads = 256;  // per block
-constexpr int kUnroll = 4;     // packs per thread per step, loaded before any math
+// Packs per thread per step, loaded before any math: 4 x 16 bytes, or 8
+// single elements (the one-element kernel's per-step index work and range
+// test then cover twice the elements).
+GELU_HD constexpr int unroll_for(int vec) { return vec == 1 ? 8 : 4; }
 constexpr int64_t kMaxBlocks = 4096;  // ~8 waves of 2048-thread SMs on a 132-SM H100
 
 // The launch shape for n elements of VEC-element packs (shared by the device
 // launch and the host emulation, so both walk the same grid).
 GELU_HD inline int64_t grid_blocks(int64_t n, int vec) {
   const int64_t packs = n / vec + 1;  // + 1: the tail of < VEC elements
-  const int64_t tile = static_cast<int64_t>(kThreads) * kUnroll;
+  const int64_t tile = static_cast<int64_t>(kThreads) * unroll_for(vec);
   const int64_t want = (packs + tile - 1) / tile;
   return want < kMaxBlocks ? want : kMaxBlocks;
 }
@@ -108,6 +111,7 @@ GELU_HD inline void gelu_body(int64_t block, int64_t blocks, int tid, const T* _
                               const T* __restrict__ b, int64_t bias_len, T* __restrict__ y,
                               int64_t n, float alpha) {
   using P = Pack<T, VEC>;
+  constexpr int kUnroll = unroll_for(VEC);
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kUnroll;
   const P* xp = reinterpret_cast<const P*>(x);
   P* yp = reinterpret_cast<P*>(y);

@@ -68,7 +68,7 @@ GELU_HD inline vf vlut4(vf j, float t0, float t1, float t2, float t3) {
 GELU_HD inline vf vsel_sign(vf x, vf a, vf b) { return (fbits(x) >> 31) ? a : b; }
 // f * 2^k for k = bits(j) - MAGIC_BITS (f and the result normal floats).
 GELU_HD inline vf vldexp_j(vf f, vf j) { return bitsf(fbits(f) + (fbits(j) << 23)); }
-GELU_HD inline vf vabs(vf a) { return bitsf(fbits(a) & 0x7fffffffu); }
+GELU_HD inline vf vabs(vf a) { return fabsf(a); }  // clears the sign bit (NaN too); a free operand modifier on the GPU
 // Same NaN behaviour as x86 minps/maxps: the second operand wins.
 GELU_HD inline vf vmin(vf a, vf b) { return a < b ? a : b; }
 GELU_HD inline vf vmax(vf a, vf b) { return a > b ? a : b; }
