@@ -264,6 +264,24 @@ def test_check_bfloat16_outputs(tmp_path):
     assert not verify.check(o, w, dims={"batch": 64}, use_library=False).ok
 
 
+def test_check_and_bench_warn_when_our_kernels_will_not_run(tmp_path, monkeypatch, lib):
+    # A fused model passes through its model-local functions without the
+    # library: the report must say the kernels were not what it proved.
+    import gelu_onnx
+    from gelu_onnx.verify import bench
+
+    o = save(gelu_model("erf"), tmp_path / "o.onnx")
+    f = save(gelu_onnx.fuse(gelu_model("erf"), target="custom"), tmp_path / "f.onnx")
+    assert verify.check(o, f, dims={"batch": 4}).warnings == []  # library found: our kernels ran
+    monkeypatch.setenv("GELU_ONNX_ORT_LIBRARY", str(tmp_path / "missing.so"))
+    rep = verify.check(o, f, dims={"batch": 4})
+    assert rep.ok and not rep.library
+    assert len(rep.warnings) == 1 and "custom-op library is not available" in rep.warnings[0]
+    assert verify.check(o, f, dims={"batch": 4}, use_library=False).warnings == []  # asked for: no surprise
+    b = bench.bench(o, f, warmup=1, repeats=2, opt_levels=["all"], dims={"batch": 4})
+    assert b.warnings == rep.warnings and all(r.parity_ok for r in b.results)
+
+
 def test_check_float16(tmp_path):
     o = save(gelu_model("erf", T.FLOAT16), tmp_path / "o.onnx")
     f = save(gelu_model("gelu20", T.FLOAT16), tmp_path / "f.onnx")

@@ -69,9 +69,9 @@ def expose(original, fused) -> Exposed:
 
     ``original`` / ``fused``: onnxio.LoadedModel (their external data stay where
     they are: the copies keep the references)."""
-    from .. import inspect as _inspect
+    from ..api import inspect
 
-    rep = _inspect(original)
+    rep = inspect(original)
     records = [f.as_dict() if hasattr(f, "as_dict") else dict(vars(f)) for f in rep.fusions]
     main = [f for f in records if not f.get("graph")]
     notes = []
