@@ -87,6 +87,12 @@ class GraphIndex:
         # builds a wrapper per access (the matcher makes millions).
         # Likewise each node's non-empty inputs and op type, read once.
         self.nodes: list[NodeProto] = list(graph.node)
+        # The matcher's per-graph caches (fusion/region.py, fusion/numeric.py),
+        # filled lazily: scalar constants by name, 1/0 = node may / may not be
+        # inside a GELU region (-1 unknown), numeric checks by region key.
+        self.scalar_consts: dict[str, ConstInfo | None] = {}
+        self.region_node_class: list[int] = [-1] * len(self.nodes)
+        self.check_cache: dict[tuple, tuple | None] = {}
         self.ins: list[tuple[str, ...]] = []
         self.ops: list[str] = []
         consumers = self.consumers

@@ -231,7 +231,7 @@ def checked_region(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, ro
     (a chain of N identical GELUs is checked once). None when the 3-point
     pre-check rejects it; else (form, alpha, err, tol, note, precision,
     leaf_type, root_type)."""
-    cache = idx.__dict__.setdefault("_check_cache", {})
+    cache = idx.check_cache
     key = _region_key(idx, anchor, nodes, leaf, root, consts)
     if key in cache:
         return cache[key]

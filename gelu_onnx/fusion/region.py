@@ -53,9 +53,7 @@ def _scalar_const(idx: GraphIndex, name: str):
     """A constant a GELU spelling may contain: rank 0 or shape [1]. Any other
     constant (a bias vector, a weight, a [1,1] tensor) is just a tensor to the
     matcher: it can be the x of a GELU, never one of its constants."""
-    memo = idx.__dict__.get("_scalar")
-    if memo is None:
-        memo = idx.__dict__["_scalar"] = {}
+    memo = idx.scalar_consts
     if name in memo:
         return memo[name]
     c = idx.constant(name)
@@ -65,9 +63,7 @@ def _scalar_const(idx: GraphIndex, name: str):
 
 def _node_class(idx: GraphIndex, i: int) -> int:
     """Cached per node: 1 = may be inside a GELU region, 0 = not."""
-    cache = idx.__dict__.get("_node_class")
-    if cache is None:
-        cache = idx.__dict__["_node_class"] = [-1] * len(idx.nodes)
+    cache = idx.region_node_class
     k = cache[i]
     if k < 0:
         k = cache[i] = int(region_node_ok(idx, i))
@@ -85,7 +81,7 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
     cone = _Cone()
     seen: set[str] = set()
     todo = [root]
-    scalar = idx.__dict__.get("_scalar") or {}
+    scalar = idx.scalar_consts
     while todo:
         t = todo.pop()
         if t in seen:
