@@ -15,7 +15,7 @@ import os
 import sys
 from collections import Counter
 
-from . import __version__
+from .version import __version__
 from . import cli_check
 from .files import require_file
 from .cliutil import add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int, table
