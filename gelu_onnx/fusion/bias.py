@@ -1,10 +1,74 @@
 """A bias Add in front of a GELU: x = Add(h, b) with b a constant over the last
-dim (1-D, or broadcastable to it), found after the match."""
+dim (1-D, or broadcastable to it), found after the match.
+
+b may be an initializer or Constant, or computed from one by a
+DequantizeLinear (a QDQ model's bias) or a Reshape/Unsqueeze of a 1-D
+constant (``[H] -> [1, 1, H]``). h's last dim comes from the declared shapes,
+a MatMul/Gemm weight, or else onnx's shape inference (``InferredShapes``: a
+Reshape, a DequantizeLinear or a hand-built model without value_info in front).
+"""
 from __future__ import annotations
+
+import numpy as np
+from onnx import ModelProto, TensorProto, shape_inference
 
 from .findings import Match
 from .graph import GraphIndex
 from .region import is_default_domain
+
+# Initializers larger than this are given to shape inference without their
+# payload (a bias or a Reshape's shape is far smaller; weights are not read).
+_INFER_PAYLOAD_LIMIT = 4096
+
+
+class InferredShapes:
+    """Shapes onnx.shape_inference finds for the whole model (subgraphs
+    included), computed once, on the first bias whose activation's shape the
+    graph does not declare. Weight payloads are left out of the copy it runs
+    on; when inference fails, nothing is known (the bias stays an Add)."""
+
+    def __init__(self, model: ModelProto):
+        self._model = model
+        self._shapes: dict[str, list] | None = None
+
+    def shape(self, name: str) -> list | None:
+        if self._shapes is None:
+            self._shapes = _infer(self._model)
+        return self._shapes.get(name)
+
+
+def _infer(model: ModelProto) -> dict[str, list]:
+    light = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+    g, src = light.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    for t in src.initializer:
+        if t.data_location == TensorProto.EXTERNAL or t.ByteSize() > _INFER_PAYLOAD_LIMIT:
+            g.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+        else:
+            g.initializer.append(t)
+    try:
+        inferred = shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is a help, never a requirement
+        return {}
+    from ..onnxio.walk import subgraphs
+
+    out: dict[str, list] = {}
+
+    def visit(graph):
+        for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+                out.setdefault(vi.name, [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim])
+        for n in graph.node:
+            for _, sub in subgraphs(n):
+                visit(sub)
+
+    visit(inferred.graph)
+    return out
 
 
 def bias_initializer(m: Match):
@@ -22,7 +86,7 @@ def find_initializer(idx: GraphIndex, name: str):
     return None
 
 
-def find_bias(m: Match) -> None:
+def find_bias(m: Match, inferred: InferredShapes | None = None) -> None:
     """x = Add(h, b) with b a constant over x's last dim → bias: 1-D, or
     [1, ..., 1, H] when that cannot widen h (h's rank is known and at least
     b's: a [1, 1, H] bias on a rank-3 activation, as exporters write it)."""
@@ -41,18 +105,23 @@ def find_bias(m: Match) -> None:
             continue
         if not dims or dims[-1] < 1 or any(d != 1 for d in dims[:-1]) or _const_type(idx, b) != m.leaf_type:
             continue
+        flat = b
         if len(dims) > 1:
-            shape = idx.shape(h)
-            if shape is None or len(shape) < len(dims) or find_initializer(idx, _through_identity(idx, b)) is None:
+            shape = idx.shape(h) or (inferred.shape(h) if inferred is not None else None)
+            if shape is None or len(shape) < len(dims):
                 continue
-        if last_dim(idx, h) == dims[-1]:
-            m.bias, m.bias_input, m.bias_node = b, h, p
+            if find_initializer(idx, _through_identity(idx, b)) is None:
+                flat = _flat_source(idx, b)  # Reshape([H] constant): the op takes the 1-D tensor itself
+                if flat is None:
+                    continue
+        if last_dim(idx, h, inferred) == dims[-1]:
+            m.bias, m.bias_input, m.bias_node = flat, h, p
             return
 
 
-def last_dim(idx: GraphIndex, name: str):
+def last_dim(idx: GraphIndex, name: str, inferred: InferredShapes | None = None):
     shape = idx.shape(name)
-    if shape:
+    if shape and shape[-1] is not None:
         return shape[-1]
     # MatMul / Gemm with a constant weight: the last dim is the weight's.
     p = idx.producer.get(name)
@@ -68,6 +137,9 @@ def last_dim(idx: GraphIndex, name: str):
         trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
         if dims and len(dims) == 2:
             return dims[0] if trans_b else dims[1]
+    if inferred is not None:
+        shape = inferred.shape(name)
+        return shape[-1] if shape else None
     return None
 
 
@@ -83,6 +155,11 @@ def _through_identity(idx: GraphIndex, name: str) -> str:
 
 def _const_type(idx: GraphIndex, name: str):
     name = _through_identity(idx, name)
+    op = _derived(idx, name)
+    if op is not None:
+        node = idx.node(idx.producer[name])
+        # DequantizeLinear's output has its scale's type; a reshape keeps its input's
+        return _const_type(idx, node.input[1] if op == "DequantizeLinear" else node.input[0])
     if name in idx.initializers:
         return idx.initializers[name].data_type
     if idx.parent is not None and not idx.defines(name):
@@ -98,5 +175,63 @@ def _const_dims(idx: GraphIndex, name: str):
         return list(idx.initializers[name].dims)
     if idx.parent is not None and not idx.defines(name):
         return _const_dims(idx.parent, name)
+    op = _derived(idx, name)
+    if op is not None:
+        return _derived_dims(idx, idx.node(idx.producer[name]), op)
     c = idx.constant(name)
     return list(c.value.shape) if c is not None else None
+
+
+# Ops that compute a bias from constants without the matcher folding them:
+# a QDQ model's dequantized bias, a 1-D bias reshaped to [1, 1, H].
+_DERIVED = ("DequantizeLinear", "Reshape", "Unsqueeze")
+
+
+def _derived(idx: GraphIndex, name: str) -> str | None:
+    p = idx.producer.get(name)
+    if p is None or name in idx.initializers:
+        return None
+    node = idx.node(p)
+    if node.op_type not in _DERIVED or not is_default_domain(node) or len(node.output) != 1:
+        return None
+    # every input a true constant (not a graph input)
+    if any(i and _const_dims(idx, i) is None for i in node.input[:3]):
+        return None
+    return node.op_type
+
+
+def _derived_dims(idx: GraphIndex, node, op: str):
+    dims = _const_dims(idx, node.input[0])
+    if op == "DequantizeLinear":
+        return dims
+    if len(node.input) < 2:
+        return None  # Unsqueeze-11's axes attribute: not written by today's exporters
+    arg = idx.constant(node.input[1])
+    if arg is None or dims is None:
+        return None
+    size = int(np.prod(dims)) if dims else 1
+    vals = [int(v) for v in np.asarray(arg.value).reshape(-1)]
+    if op == "Unsqueeze":
+        rank = len(dims) + len(vals)
+        axes = sorted(a % rank for a in vals)
+        out = list(dims)
+        for a in axes:
+            out.insert(a, 1)
+        return out
+    if any(a.name == "allowzero" and a.i for a in node.attribute):
+        return None
+    out = [dims[i] if v == 0 and i < len(dims) else v for i, v in enumerate(vals)]
+    if out.count(-1) == 1:
+        known = int(np.prod([d for d in out if d != -1])) or 1
+        out[out.index(-1)] = size // known
+    return out if int(np.prod(out)) == size and all(d >= 0 for d in out) else None
+
+
+def _flat_source(idx: GraphIndex, name: str) -> str | None:
+    """The 1-D constant a [1, ..., 1, H] Reshape/Unsqueeze output was made from."""
+    name = _through_identity(idx, name)
+    if _derived(idx, name) not in ("Reshape", "Unsqueeze"):
+        return None
+    src = idx.node(idx.producer[name]).input[0]
+    dims = _const_dims(idx, src)
+    return src if dims is not None and len(dims) == 1 else None

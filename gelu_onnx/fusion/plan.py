@@ -18,7 +18,7 @@ import numpy as np
 from onnx import ModelProto, TensorProto
 
 from . import native
-from .bias import find_bias
+from .bias import InferredShapes, find_bias
 from .findings import Match, NearMiss
 from .graph import GraphIndex
 from .legacy import find_legacy, legacy_nodes
@@ -87,6 +87,7 @@ def plan(model: ModelProto, base_dir: str | None = None) -> Plan:
     """Match every graph without changing anything; indexes stay valid for
     the rewrite that follows (inner graphs first)."""
     out: list[GraphPlan] = []
+    inferred = InferredShapes(model)  # run only when a bias needs it
 
     def visit(graph, parent, path):
         idx = GraphIndex(graph, parent, path, base_dir)
@@ -100,7 +101,7 @@ def plan(model: ModelProto, base_dir: str | None = None) -> Plan:
         misses += one_misses
         for m in matches:
             if not m.bias_inside:
-                find_bias(m)
+                find_bias(m, inferred)
         legacy, legacy_misses = find_legacy(idx)
         cands = [Candidate(m) for m in matches] + [Candidate(m, True, b) for m, b in legacy]
         out.append(GraphPlan(idx, cands, misses + legacy_misses))
