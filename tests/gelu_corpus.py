@@ -254,8 +254,15 @@ def _negative_cases() -> list[Case]:
     cs.append(lookalike("neg/erf-of-square", lambda b, x: b.node("Mul", [b.node("Mul", [
         x, b.node("Add", [b.node("Erf", [b.node("Div", [b.node("Mul", [x, x]), b.const("sqrt2")])]),
                           b.const("one")])]), b.const("half")]), (), "erf"))
-    cs.append(plain("neg/non-scalar-constant-1x1", "ts_erf", style="init", ok=False,
-                    near_miss=("non-scalar-constant",)))
+    # A [1,1] "0.5" widens a rank-1 x to [1, H]: not a scalar (contract: a
+    # one-element constant is a scalar only where it cannot change the rank).
+    b = Builder(F32, 17, "init")
+    b.output(gelu(b, "ts_erf", b.input("x", F32, [H]), ok=False), F32, [1, H])
+    cs.append(finish(b, "neg/non-scalar-constant-1x1", ("non-scalar-constant",)))
+    _reshape_consts(cs[-1].model, "half", [1, 1])
+    # ... while on a rank-3 x it is the scalar 0.5 (tf2onnx writes [1,1,1,1]
+    # constants on NHWC tensors): fused.
+    cs.append(plain("shape/one-element-constant-1x1-rank3", "ts_erf", style="init"))
     _reshape_consts(cs[-1].model, "half", [1, 1])
 
     # one good and one bad chain in one model

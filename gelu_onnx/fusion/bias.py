@@ -23,8 +23,8 @@ _INFER_PAYLOAD_LIMIT = 4096
 
 class InferredShapes:
     """Shapes onnx.shape_inference finds for the whole model (subgraphs
-    included), computed once, on the first bias whose activation's shape the
-    graph does not declare. Weight payloads are left out of the copy it runs
+    included), computed once, on the first shape the graph does not declare
+    (GraphIndex.shape asks it). Weight payloads are left out of the copy it runs
     on; when inference fails, nothing is known (the bias stays an Add)."""
 
     def __init__(self, model: ModelProto):
@@ -86,7 +86,7 @@ def find_initializer(idx: GraphIndex, name: str):
     return None
 
 
-def find_bias(m: Match, inferred: InferredShapes | None = None) -> None:
+def find_bias(m: Match) -> None:
     """x = Add(h, b) with b a constant over x's last dim → bias: 1-D, or
     [1, ..., 1, H] when that cannot widen h (h's rank is known and at least
     b's: a [1, 1, H] bias on a rank-3 activation, as exporters write it)."""
@@ -107,19 +107,19 @@ def find_bias(m: Match, inferred: InferredShapes | None = None) -> None:
             continue
         flat = b
         if len(dims) > 1:
-            shape = idx.shape(h) or (inferred.shape(h) if inferred is not None else None)
+            shape = idx.shape(h)
             if shape is None or len(shape) < len(dims):
                 continue
             if find_initializer(idx, _through_identity(idx, b)) is None:
                 flat = _flat_source(idx, b)  # Reshape([H] constant): the op takes the 1-D tensor itself
                 if flat is None:
                     continue
-        if last_dim(idx, h, inferred) == dims[-1]:
+        if last_dim(idx, h) == dims[-1]:
             m.bias, m.bias_input, m.bias_node = flat, h, p
             return
 
 
-def last_dim(idx: GraphIndex, name: str, inferred: InferredShapes | None = None):
+def last_dim(idx: GraphIndex, name: str):
     shape = idx.shape(name)
     if shape and shape[-1] is not None:
         return shape[-1]
@@ -137,9 +137,6 @@ def last_dim(idx: GraphIndex, name: str, inferred: InferredShapes | None = None)
         trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
         if dims and len(dims) == 2:
             return dims[0] if trans_b else dims[1]
-    if inferred is not None:
-        shape = inferred.shape(name)
-        return shape[-1] if shape else None
     return None
 
 

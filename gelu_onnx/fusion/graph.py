@@ -91,6 +91,9 @@ class GraphIndex:
         # filled lazily: scalar constants by name, 1/0 = node may / may not be
         # inside a GELU region (-1 unknown), numeric checks by region key.
         self.scalar_consts: dict[str, ConstInfo | None] = {}
+        # shapes from onnx's shape inference, asked only where none is
+        # declared (plan sets one bias.InferredShapes per model)
+        self.inferred = None
         self.region_node_class: list[int] = [-1] * len(self.nodes)
         self.check_cache: dict[tuple, tuple | None] = {}
         self.ins: list[tuple[str, ...]] = []
@@ -145,7 +148,7 @@ class GraphIndex:
             return self.value_shapes[name]
         if self.parent is not None and not self.defines(name):
             return self.parent.shape(name)
-        return None
+        return self.inferred.shape(name) if self.inferred is not None else None
 
     # -- constants -----------------------------------------------------------
     def constant(self, name: str) -> ConstInfo | None:

@@ -87,10 +87,11 @@ def plan(model: ModelProto, base_dir: str | None = None) -> Plan:
     """Match every graph without changing anything; indexes stay valid for
     the rewrite that follows (inner graphs first)."""
     out: list[GraphPlan] = []
-    inferred = InferredShapes(model)  # run only when a bias needs it
+    inferred = InferredShapes(model)  # runs only when an undeclared shape is asked for
 
     def visit(graph, parent, path):
         idx = GraphIndex(graph, parent, path, base_dir)
+        idx.inferred = inferred
         for i, node in enumerate(graph.node):
             for attr, sub in subgraphs(node):
                 label = node.name or f"{node.op_type}#{i}"
@@ -101,7 +102,7 @@ def plan(model: ModelProto, base_dir: str | None = None) -> Plan:
         misses += one_misses
         for m in matches:
             if not m.bias_inside:
-                find_bias(m, inferred)
+                find_bias(m)
         legacy, legacy_misses = find_legacy(idx)
         cands = [Candidate(m) for m in matches] + [Candidate(m, True, b) for m, b in legacy]
         out.append(GraphPlan(idx, cands, misses + legacy_misses))

@@ -50,15 +50,35 @@ def is_scalar(value: np.ndarray) -> bool:
 
 
 def _scalar_const(idx: GraphIndex, name: str):
-    """A constant a GELU spelling may contain: rank 0 or shape [1]. Any other
-    constant (a bias vector, a weight, a [1,1] tensor) is just a tensor to the
+    """A constant a GELU spelling may contain: rank 0 or shape [1], or a
+    [1, ..., 1] one that cannot widen what it is combined with (_rank_neutral).
+    Any other constant (a bias vector, a weight) is just a tensor to the
     matcher: it can be the x of a GELU, never one of its constants."""
     memo = idx.scalar_consts
     if name in memo:
         return memo[name]
     c = idx.constant(name)
-    memo[name] = c = c if c is not None and is_scalar(c.value) else None
+    if c is not None and not is_scalar(c.value) and not (c.value.size == 1 and _rank_neutral(idx, name, c.value.ndim)):
+        c = None
+    memo[name] = c
     return c
+
+
+def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
+    """Every reader of a one-element constant is a binary elementwise node
+    whose other operand already has at least its rank, so the constant acts
+    as a scalar there (tf2onnx folds Keras' scalars into [1, 1, 1, 1] on NHWC
+    tensors). Ranks unknown: not a scalar (a [1, 1] could widen a vector)."""
+    readers = idx.consumers.get(name, [])
+    for i in readers:
+        node = idx.nodes[i]
+        if idx.ops[i] not in BINARY_OPS or not is_default_domain(node) or len(node.input) != 2:
+            return False
+        other = node.input[1] if node.input[0] == name else node.input[0]
+        shape = idx.shape(other) if other != name else None
+        if shape is None or len(shape) < rank:
+            return False
+    return bool(readers)
 
 
 def _node_class(idx: GraphIndex, i: int) -> int:
