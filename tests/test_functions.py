@@ -165,6 +165,29 @@ def test_torchscript_intermediate_function_inlined_for_its_bias(bert_intermediat
         assert not any(fn.name == "BertIntermediate" for fn in out.functions)
 
 
+@pytest.mark.parametrize("modules", ["act", "intermediate"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_torchscript_opset20_native_gelu_in_functions(target, modules):
+    """At opset 20 the TorchScript exporter writes ONNX Gelu inside the
+    functions: found like a spelled GELU (fused in the body or the calls
+    inlined), converted by custom/ort, left as Gelu-20 by standard. Found by
+    the held-out corpus: 0 of 2 converted before."""
+    m = _export_bert("gelu", modules, 20)
+    assert sum(n.op_type == "Gelu" for f in m.functions for n in f.node) == 1
+    res = _check_all(m, IDS, target)
+    out = res.model
+    left = sum(n.op_type == "Gelu" and n.domain == "" for f in out.functions for n in f.node)
+    left += sum(n.op_type == "Gelu" and n.domain == "" for n in out.graph.node)
+    if target == "standard":
+        assert not res.fusions and left == 1
+        return
+    assert left == 0 and res.fusions
+    calls = 2 if len(res.fusions) == 2 else 1  # inlined: one fusion per call; in the body: one for both
+    assert _fused_ops(out, target) == calls
+    if modules == "intermediate":  # the bias is a function input: inlined and absorbed
+        assert len(res.fusions) == 2 and all(f.bias for f in res.fusions)
+
+
 def test_inspect_names_function_and_call_sites(bert_act_fn, bert_intermediate_fn, tmp_path):
     src = tmp_path / "m.onnx"
     onnx.save(bert_act_fn, src)

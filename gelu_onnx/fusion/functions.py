@@ -46,8 +46,12 @@ class FunctionPlan:
 
 
 def _holds_anchor(nodes) -> bool:
+    """An Erf/Tanh/Sigmoid a spelled GELU hangs on, or a GELU already written
+    as one op (the TorchScript exporter at opset 20 puts Gelu in the functions)."""
+    from .native import describe
+
     for n in nodes:
-        if n.domain in _DEFAULT and n.op_type in ANCHOR_OPS:
+        if (n.domain in _DEFAULT and n.op_type in ANCHOR_OPS) or describe(n) is not None:
             return True
         for _, g in subgraphs(n):
             if _holds_anchor(g.node):
