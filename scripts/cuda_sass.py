@@ -6,9 +6,12 @@ table against the committed benchmarks/results/cuda_sass_sm90.md.
 
 Hot path: the main loop of a kernel is the loop (a backward branch) whose
 cheapest trip (shortest path through its blocks, in instructions, NOPs
-excluded) holds the most global loads/stores; on that path, instructions /
-elements stored = instructions per element. The cheapest trip skips the
-rare wide-range formulas (taken by a branch only for |x| beyond the fast range).
+excluded) stores the most elements (the unrolled tile loop that every full
+tile goes through; the leftover loops store one pack or one element per trip);
+on that path, instructions / elements stored = instructions per element. The
+cheapest trip skips only the step's recompute with the exact formulas (taken
+when an element is outside the fast range: |x| > 12 for erf, |t| > 78 or a
+result below 2^-100 for tanh/sigmoid, NaN).
 
     python scripts/cuda_sass.py [--arch 90] [--write]   # print (or rewrite) the table
 """
@@ -30,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "plugins" / "common" / "gelu_cuda.cu"
 TABLE = ROOT / "benchmarks" / "results" / "cuda_sass_sm{arch}.md"
-NVCC_FLAGS = ["-O3", "--fmad=false", "-std=c++17"]  # as plugins/CMakeLists.txt builds it
+NVCC_FLAGS = ["-O3", "--fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-std=c++17"]  # as plugins/CMakeLists.txt builds it
 FP64 = re.compile(r"^(DADD|DMUL|DFMA|DSETP|DSET|DMNMX|DMMA)\b|\.F64|64H\b")
 ELEM = {"f": ("f32", 4), "6__half": ("f16", 2), "13__nv_bfloat16": ("bf16", 2)}
 FORMS = {"0": "erf", "1": "tanh", "2": "sigmoid"}
@@ -77,12 +80,13 @@ class Kernel:
         return sum(1 for i in self.insns if pred(i[2], i[3]))
 
 
-def compile_and_dump(arch: str, workdir: Path) -> tuple[str, str, str]:
+def compile_and_dump(arch: str, workdir: Path, flags: list[str] = NVCC_FLAGS) -> tuple[str, str, str]:
+    """(ptxas -v and resource usage, SASS, nvcc release) of gelu_cuda.cu built with flags."""
     nvcc, cuobjdump = find_tool("nvcc"), find_tool("cuobjdump")
     if not nvcc or not cuobjdump:
         raise FileNotFoundError(f"nvcc: {nvcc}, cuobjdump: {cuobjdump} (pip install nvidia-cuda-cuobjdump)")
     cubin = workdir / f"gelu_cuda_sm{arch}.cubin"
-    r = subprocess.run([nvcc, "-cubin", f"-arch=sm_{arch}", *NVCC_FLAGS, "-Xptxas", "-v",
+    r = subprocess.run([nvcc, "-cubin", f"-arch=sm_{arch}", *flags, "-Xptxas", "-v",
                         f"-I{SOURCE.parent}", str(SOURCE), "-o", str(cubin)],
                        capture_output=True, text=True, check=True)
     ver = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
@@ -164,8 +168,14 @@ def _blocks(insns):
     return blocks, succ
 
 
-def hot_path(k: Kernel) -> tuple[int, int, int]:
-    """(instructions, elements stored, 128-bit global accesses) on the main loop's cheapest trip."""
+def _stored(k: Kernel, op: str) -> int:
+    """Elements one global store writes."""
+    width = 16 if ".128" in op else 8 if ".64" in op else 2 if "16" in op else 4
+    return width // k.esize
+
+
+def main_loop(k: Kernel) -> list:
+    """The instructions (addr, pred, opcode, operands) of the main loop's cheapest trip."""
     insns = k.insns
     blocks, succ = _blocks(insns)
 
@@ -173,7 +183,7 @@ def hot_path(k: Kernel) -> tuple[int, int, int]:
         s, e = blocks[b]
         return sum(1 for i in range(s, e) if insns[i][2] != "NOP")
 
-    best = (0, 0, 0, 0)  # (memory ops, instrs, elements, wide accesses)
+    best, best_key = [], (0, 0, 0)  # key: (elements stored, memory ops, -instructions)
     for u, outs in enumerate(succ):
         for h in outs:
             if h > u:
@@ -195,18 +205,20 @@ def hot_path(k: Kernel) -> tuple[int, int, int]:
             while b != h:
                 b = prev[b]
                 path.append(b)
-            ops = [insns[i] for b in path for i in range(*blocks[b]) if insns[i][2] != "NOP"]
+            ops = [insns[i] for b in sorted(path) for i in range(*blocks[b]) if insns[i][2] != "NOP"]
+            elems = sum(_stored(k, o[2]) for o in ops if o[2].startswith("STG"))
             mem = sum(1 for o in ops if o[2].startswith(("LDG", "STG")))
-            elems, wide = 0, 0
-            for o in ops:
-                if o[2].startswith("STG"):
-                    width = 16 if ".128" in o[2] else 8 if ".64" in o[2] else 2 if "16" in o[2] else 4
-                    elems += width // k.esize
-                if o[2].startswith(("LDG", "STG")) and ".128" in o[2]:
-                    wide += 1
-            if (mem, -len(ops)) > (best[0], -best[1]) and elems:
-                best = (mem, len(ops), elems, wide)
-    return best[1], best[2], best[3]
+            if elems and (elems, mem, -len(ops)) > best_key:
+                best, best_key = ops, (elems, mem, -len(ops))
+    return best
+
+
+def hot_path(k: Kernel) -> tuple[int, int, int]:
+    """(instructions, elements stored, 128-bit global accesses) on the main loop's cheapest trip."""
+    ops = main_loop(k)
+    elems = sum(_stored(k, o[2]) for o in ops if o[2].startswith("STG"))
+    wide = sum(1 for o in ops if o[2].startswith(("LDG", "STG")) and ".128" in o[2])
+    return len(ops), elems, wide
 
 
 def table(kernels: dict[str, Kernel], arch: str, nvcc_version: str) -> str:

@@ -53,14 +53,9 @@ def test_float32_accuracy_vs_float64(lib, isa, form, erf_mode):
     check_f32(form, x, y, "erf-precise" if (form == "erf" and erf_mode == "precise") else form)
 
 
-@pytest.mark.parametrize("form", list(FORMS))
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_half_types_exhaustive(lib, isa, form, dtype):
-    """All 65536 inputs: within 1 ulp of the correctly rounded reference."""
-    npdt = DTYPES[dtype][1]
-    x = np.arange(65536, dtype=np.uint16).view(npdt)
-    y = run(lib, form, x)
-    ref = reference(form, x.astype(np.float64))
+def half_steps(y, ref, npdt):
+    """(distance of y from the correctly rounded ref in representable steps, the
+    non-NaN mask it covers); NaN where ref is NaN and nowhere else."""
     with np.errstate(invalid="ignore", over="ignore"):
         ref_t = ref.astype(npdt)  # correctly rounded (float64 -> half type rounds once)
     nan = np.isnan(ref)
@@ -68,8 +63,33 @@ def test_half_types_exhaustive(lib, isa, form, dtype):
     yb, rb = y[~nan].view(np.uint16).astype(np.int32), ref_t[~nan].view(np.uint16).astype(np.int32)
     # Distance in representable steps (sign-magnitude -> ordered integers).
     order = lambda b: np.where(b & 0x8000, -(b & 0x7FFF), b)  # noqa: E731
-    steps = np.abs(order(yb) - order(rb))
-    assert steps.max() <= 1, f"{dtype} {form}: {steps.max()} ulp off at x={x[~nan][np.argmax(steps)]!r}"
+    return np.abs(order(yb) - order(rb)), ~nan
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_types_exhaustive(lib, isa, form, dtype):
+    """All 65536 inputs: within 1 ulp of the correctly rounded reference."""
+    npdt = DTYPES[dtype][1]
+    x = np.arange(65536, dtype=np.uint16).view(npdt)
+    y = run(lib, form, x)
+    steps, keep = half_steps(y, reference(form, x.astype(np.float64)), npdt)
+    assert steps.max() <= 1, f"{dtype} {form}: {steps.max()} ulp off at x={x[keep][np.argmax(steps)]!r}"
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_types_with_bias_within_one_ulp(lib, isa, form, dtype):
+    """x + b is formed in float32 and is then no fp16/bf16 value: the half
+    types' float32 formulas must hold their bound for any float32 input. Every
+    one of the 65536 x against 7 bias values that leave many low bits set."""
+    npdt = DTYPES[dtype][1]
+    b = np.array([0.1, -0.3, 1e-3, 3.14159, -2.5e-5, 7.77, -0.61], np.float64).astype(npdt)
+    x = np.tile(np.arange(65536, dtype=np.uint16).view(npdt)[:, None], (1, b.size)).ravel()
+    y = run(lib, form, x, b)
+    v = (x.reshape(-1, b.size).astype(np.float32) + b.astype(np.float32)).ravel()
+    steps, keep = half_steps(y, reference(form, v.astype(np.float64)), npdt)
+    assert steps.max() <= 1, f"{dtype} {form}: {steps.max()} ulp off at x+b={v[keep][np.argmax(steps)]!r}"
 
 
 def test_paths_are_bitwise_identical(lib):

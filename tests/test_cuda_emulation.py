@@ -3,10 +3,17 @@ kernel body, __host__ __device__) compiled with g++ under ASan/UBSan and run by
 gelu_cuda_emu.cpp for every (block, thread) of the device launch's grid, in
 forward, reverse and shuffled order, against the CPU kernels bit for bit (any
 NaN equals any NaN): every form x dtype x bias, x/y/bias offsets 0..VEC
-elements, tails, n = 0, bias lengths 1..1000, many tiles per block
+elements, tails, n = 0, bias lengths 1..1000, several trips per block (grids
+capped at 1-5 blocks, and grids the launch never picks; gelu_cuda_emu_grid)
 (plugins/common/tests/gelu_cuda_emu_check.cpp does the sweep). Each buffer is
 allocated at its exact size, so one element read or written past x, b or y is
 an ASan error.
+
+A second, independent harness (plugins/common/tests/gelu_cuda_any_grid_check.cpp:
+its own element I/O and grid walk, random shapes, grids the launch never picks)
+also keeps a ledger of every pack load and store: no element stored twice,
+none left out, no access outside x, b, y (a second store of the same value is
+invisible to a comparison of results).
 
 The opt-in slow check (GELU_ONNX_HUGE_TESTS=1, ~9 GB of memory) runs n > 2^31
 fp16 with each array ending at a PROT_NONE guard page.
@@ -26,6 +33,7 @@ COMMON = Path(__file__).resolve().parent.parent / "plugins" / "common"
 SOURCES = {
     "gelu_cuda_emu.cpp": [],
     "tests/gelu_cuda_emu_check.cpp": [],
+    "tests/gelu_cuda_any_grid_check.cpp": [],
     "gelu_cpu.cpp": [],
     "gelu_cpu_scalar.cpp": [],
     "gelu_cpu_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],
@@ -42,7 +50,8 @@ def _host_has_fma() -> bool:
 
 
 @pytest.fixture(scope="module")
-def emu_check(tmp_path_factory) -> Path:
+def emu_objects(tmp_path_factory) -> dict[str, str]:
+    """Every source compiled under ASan/UBSan: {source: object}."""
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
     if not cxx:
         pytest.skip("no C++ compiler (g++ or clang++) to build the host emulation")
@@ -57,18 +66,34 @@ def emu_check(tmp_path_factory) -> Path:
     def compile_one(item):
         src, flags = item
         obj = out / (Path(src).stem + ".o")
-        extra = emu_flags if src == "gelu_cuda_emu.cpp" else []
+        extra = emu_flags if src.startswith(("gelu_cuda_emu.cpp", "tests/gelu_cuda_any")) else []
         cmd = [cxx, *base, *flags, *extra, "-c", str(COMMON / src), "-o", str(obj)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
-        return str(obj)
+        return src, str(obj)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # the CI machine has 2 cores
-        objs = list(pool.map(compile_one, SOURCES.items()))
-    exe = out / "gelu_cuda_emu_check"
-    r = subprocess.run([cxx, *SANITIZE, *objs, "-o", str(exe)], capture_output=True, text=True)
+        objs = dict(pool.map(compile_one, SOURCES.items()))
+    return {"cxx": cxx, "dir": str(out), **objs}
+
+
+def _link(objs: dict[str, str], name: str, *sources: str) -> Path:
+    cpu = [o for s, o in objs.items() if s.startswith("gelu_cpu")]
+    exe = Path(objs["dir"]) / name
+    r = subprocess.run([objs["cxx"], *SANITIZE, *(objs[s] for s in sources), *cpu, "-o", str(exe)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     return exe
+
+
+@pytest.fixture(scope="module")
+def emu_check(emu_objects) -> Path:
+    return _link(emu_objects, "gelu_cuda_emu_check", "gelu_cuda_emu.cpp", "tests/gelu_cuda_emu_check.cpp")
+
+
+@pytest.fixture(scope="module")
+def any_grid_check(emu_objects) -> Path:
+    return _link(emu_objects, "gelu_cuda_any_grid_check", "tests/gelu_cuda_any_grid_check.cpp")
 
 
 def _run(exe: Path, *args: str) -> subprocess.CompletedProcess:
@@ -83,6 +108,12 @@ def test_emulated_grid_matches_cpu_kernels(emu_check):
     # 3 orders x 3 forms x 3 dtypes reported, and the final verdict.
     assert r.stdout.count(" 0 mismatches so far") == 27, r.stdout
     assert r.stdout.strip().endswith("OK: 0 mismatches"), r.stdout
+
+
+def test_second_harness_any_grid_and_ledger(any_grid_check):
+    r = _run(any_grid_check, "1200", "20260716")
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    assert r.stdout.strip().endswith("OK, 0 failures"), r.stdout
 
 
 @pytest.mark.slow

@@ -8,6 +8,10 @@
 - scripts/erf_table_probe.cpp: compiles warning-free against the shipped
   kernel headers and prints one timing row per kernel. Its timings are not
   asserted (performance claims come from running it, not from tests).
+
+And scripts/half_formula_error.cpp (docs/kernels.md's fp16/bf16 rows): on a
+coarse sweep, the float value of the fp16/bf16 formulas stays within the
+stated relative bounds (erf 1e-5; tanh/sigmoid 3e-6 + 3*2^-23*|t|).
 """
 from __future__ import annotations
 
@@ -56,3 +60,21 @@ def test_erf_table_probe_builds_and_runs(tmp_path):
     assert len(rows) == 8, r.stdout
     assert rows[0][0].startswith("default") and rows[0][2] == "1.00", r.stdout
     assert all(float(ns) > 0 for _, ns, _ in rows), r.stdout
+
+
+def test_half_formula_error_within_stated_bounds(tmp_path):
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    exe = tmp_path / "half_formula_error"
+    cmd = [cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror",
+           f"-I{REPO / 'plugins' / 'common'}", str(REPO / "scripts" / "half_formula_error.cpp"), "-o", str(exe)]  # fmt: skip
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    r = subprocess.run([str(exe), "8191"], check=False, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {m[0]: (float(m[1]), float(m[2])) for m in
+            re.findall(r"^(\w+)\s+max (\S+) .*less 3\*2\^-23\*abs\(t\): (\S+)", r.stdout, re.M)}
+    assert set(rows) == {"erf", "tanh", "sigmoid"}, r.stdout
+    assert 1e-7 < rows["erf"][0] <= 1e-5, r.stdout
+    assert all(1e-7 < rows[f][1] <= 3e-6 for f in ("tanh", "sigmoid")), r.stdout

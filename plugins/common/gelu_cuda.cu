@@ -1,7 +1,7 @@
 // CUDA GELU kernels: gelu_cuda_body.h on the device. Float-only math shared
-// with the CPU kernels (gelu_math.inc through the scalar primitives, compiled
-// with --fmad=false so the only FMAs are the explicit ones), fp16/bf16
-// computed in fp32 and rounded once; 128-bit streaming loads/stores when the
+// with the CPU kernels (gelu_math.inc through the scalar primitives: explicit
+// FMAs and round-to-nearest intrinsics, so no flag fuses or reorders them),
+// fp16/bf16 computed in fp32 (their own formulas, as on the CPU) and rounded once; 128-bit streaming loads/stores when the
 // pointers and the bias row allow it, element-wise otherwise; 64-bit indexing;
 // the caller's stream.
 #include <cuda_bf16.h>
@@ -83,10 +83,15 @@ template <typename P> __device__ __forceinline__ void from_f32v(const float* f, 
 
 namespace {
 
-// Accuracy and the bit-exact CPU agreement are the contract: IEEE division and
-// no contraction (--fmad=false) are required, whatever flags a build adds.
+// Accuracy and the bit-exact CPU agreement are the contract: IEEE division,
+// no contraction and no flush of subnormals. The first two hold under any
+// flags (gelu_simd_scalar.h); -ftz=true (-use_fast_math) is undone by the
+// build's -ftz=false (plugins/CMakeLists.txt).
+// The 16-byte kernels with a bias keep 4 packs of bias in registers: at most
+// 128 registers, so that 2 blocks (4 x 16 B of loads per thread, 32 KB per SM)
+// stay in flight; the others stay below that on their own.
 template <int FORM, typename T, int VEC, bool BIAS>
-__global__ void __launch_bounds__(gelu_cuda::kThreads)
+__global__ void __launch_bounds__(gelu_cuda::kThreads, VEC > 1 && BIAS ? 2 : 0)
     gelu_kernel(const T* __restrict__ x, const T* __restrict__ b, int64_t bias_len,
                 T* __restrict__ y, int64_t n, float alpha) {
   gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(blockIdx.x, gridDim.x, threadIdx.x, x, b, bias_len, y, n, alpha);
@@ -95,7 +100,7 @@ __global__ void __launch_bounds__(gelu_cuda::kThreads)
 template <int FORM, typename T, int VEC, bool BIAS>
 cudaError_t launch(const void* x, const void* b, int64_t bl, void* y, int64_t n, float a,
                    cudaStream_t s) {
-  const unsigned blocks = static_cast<unsigned>(gelu_cuda::grid_blocks(n, VEC));
+  const unsigned blocks = static_cast<unsigned>(gelu_cuda::grid_blocks(n, VEC, BIAS ? bl : 0));
   gelu_kernel<FORM, T, VEC, BIAS><<<blocks, gelu_cuda::kThreads, 0, s>>>(
       static_cast<const T*>(x), static_cast<const T*>(b), bl, static_cast<T*>(y), n, a);
   return cudaGetLastError();

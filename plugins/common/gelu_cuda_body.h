@@ -37,13 +37,31 @@ constexpr int kThreads = 256;  // per block
 GELU_HD constexpr int unroll_for(int vec) { return vec == 1 ? 8 : 4; }
 constexpr int64_t kMaxBlocks = 4096;  // ~8 waves of 2048-thread SMs on a 132-SM H100
 
+GELU_HD inline int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    const int64_t t = a % b;
+    a = b, b = t;
+  }
+  return a;
+}
+
 // The launch shape for n elements of VEC-element packs (shared by the device
-// launch and the host emulation, so both walk the same grid).
-GELU_HD inline int64_t grid_blocks(int64_t n, int vec) {
+// launch and the host emulation, so both walk the same grid). With a bias
+// (bias_len > 0), a block that makes more than one trip over the tiles must
+// find the same bias offsets on every trip: the grid's trip, blocks * tile
+// elements, is then a multiple of bias_len (gelu_body loads the bias once).
+// (max_blocks: kMaxBlocks; the host emulation lowers it to make small
+// launches take several trips.)
+GELU_HD inline int64_t grid_blocks(int64_t n, int vec, int64_t bias_len = 0, int64_t max_blocks = kMaxBlocks) {
   const int64_t packs = n / vec + 1;  // + 1: the tail of < VEC elements
   const int64_t tile = static_cast<int64_t>(kThreads) * unroll_for(vec);
   const int64_t want = (packs + tile - 1) / tile;
-  return want < kMaxBlocks ? want : kMaxBlocks;
+  if (want <= max_blocks) return want;  // one trip per block
+  if (bias_len <= 0) return max_blocks;
+  const int64_t period = bias_len / gcd64(bias_len, tile * vec);  // blocks per bias-aligned trip
+  if (period <= max_blocks) return max_blocks / period * period;
+  const int64_t blocks = period < want ? period : want;  // bias-aligned, or one trip per block
+  return blocks <= INT32_MAX ? blocks : max_blocks;      // (gelu_body: per-pack loop then)
 }
 
 // The 16-byte kernel needs x, y (and b) 16-byte aligned and each pack inside
@@ -53,58 +71,73 @@ inline bool vec_ok(const void* x, const void* b, int64_t bias_len, const void* y
   return aligned(x) && aligned(y) && (!b || (aligned(b) && bias_len % vec == 0));
 }
 
-template <int FORM>
+// HALF: fp16/bf16, the _half formulas (as the CPU kernels for those types).
+template <int FORM, bool HALF>
 GELU_HD inline float apply(float v, float alpha) {
-  if (FORM == GELU_FORM_ERF) return gelu_scalar::gelu_erf_v<false>(v);
-  if (FORM == GELU_FORM_TANH) return gelu_scalar::gelu_tanh_v(v);
-  return gelu_scalar::gelu_sigmoid_v(v, alpha);
+  using namespace gelu_scalar;
+  if (FORM == GELU_FORM_ERF) return HALF ? gelu_erf_half_v(v) : gelu_erf_v<false>(v);
+  if (FORM == GELU_FORM_TANH) return HALF ? gelu_tanh_half_v(v) : gelu_tanh_v(v);
+  return HALF ? gelu_sigmoid_half_v(v, alpha) : gelu_sigmoid_v(v, alpha);
 }
 
 // apply() where the fast-range formulas hold (the same bits there); sets slow
-// for an element outside it (|x| > 12 for erf; |s| > 450 or a quotient below
-// 2^-100 for tanh/sigmoid, whose denominator is in [1, 2^114]; NaN), whose
-// result is then unused. fabsf: the tests take |.| as a free operand modifier.
-template <int FORM>
+// for an element outside it (|x| > 12 for erf; |s| > 450 (|t| > 78) or a
+// quotient below 2^-100 for tanh/sigmoid, whose denominator is in [1, 2^114];
+// NaN), whose result is then unused. fabsf: the tests take |.| as a free
+// operand modifier.
+template <int FORM, bool HALF>
 GELU_HD inline float apply_inrange(float v, float alpha, bool& slow) {
   using namespace gelu_scalar;
   if (FORM == GELU_FORM_ERF) {
     slow |= !(fabsf(v) <= GELU_ERF_FAST_X);
-    return gelu_erf_core<false, false>(v, vabs(v));
+    return HALF ? gelu_erf_half_core(v, vabs(v)) : gelu_erf_core<false, false>(v, vabs(v));
   }
-  const float s = FORM == GELU_FORM_TANH ? gelu_tanh_s(v, vmul(v, v)) : gelu_sigmoid_s(v, alpha);
-  const float y = gelu_xsig_mid<true>(v, s);
-  slow |= !(fabsf(s) <= GELU_SIG_FAST_S) | !(fabsf(y) >= 0x1p-100f);
+  float y;
+  if (HALF) {
+    const float s4 = FORM == GELU_FORM_TANH ? gelu_tanh_s4(v, vmul(v, v)) : gelu_sigmoid_s4(v, alpha);
+    y = gelu_xsig_half_mid<true>(v, s4);
+    slow |= !(fabsf(s4) <= GELU_SIG_HALF_FAST_S);
+  } else {
+    const float s = FORM == GELU_FORM_TANH ? gelu_tanh_s(v, vmul(v, v)) : gelu_sigmoid_s(v, alpha);
+    y = gelu_xsig_mid<true>(v, s);
+    slow |= !(fabsf(s) <= GELU_SIG_FAST_S);
+  }
+  slow |= !(fabsf(y) >= 0x1p-100f);
   return y;
 }
 
-// x (+ b) of one pack as floats.
-template <bool BIAS, typename P>
-GELU_HD inline void load_f32(const P& px, const P& pb, float* v) {
+// fp16 / bf16 (2-byte elements) take the _half formulas.
+template <typename T>
+struct IsHalf {
+  static constexpr bool value = sizeof(T) == 2;
+};
+
+// x (+ the bias, as floats) of one pack as floats.
+template <bool BIAS, int VEC, typename P>
+GELU_HD inline void load_f32(const P& px, const float* bias, float* v) {
   gelu_cuda_io::to_f32v(px, v);
   if (BIAS) {
-    float w[sizeof(px.v) / sizeof(px.v[0])];
-    gelu_cuda_io::to_f32v(pb, w);
 GELU_UNROLL
-    for (size_t e = 0; e < sizeof(px.v) / sizeof(px.v[0]); ++e) v[e] += w[e];
+    for (int e = 0; e < VEC; ++e) v[e] = gelu_scalar::vadd(v[e], bias[e]);
   }
 }
 
 template <int FORM, typename T>
 GELU_HD inline T one(T xv, const T* b, int64_t bi, float alpha) {
   float v = gelu_cuda_io::to_f32(xv);
-  if (b) v += gelu_cuda_io::to_f32(b[bi]);
-  return gelu_cuda_io::from_f32<T>(apply<FORM>(v, alpha));
+  if (b) v = gelu_scalar::vadd(v, gelu_cuda_io::to_f32(b[bi]));
+  return gelu_cuda_io::from_f32<T>(apply<FORM, IsHalf<T>::value>(v, alpha));
 }
 
 // One thread's whole share of y = f(x + b[i % bias_len]).
 //  * Full tiles of kThreads * kUnroll packs, grid-stride: pack k of a thread is
 //    tile_start + k * kThreads + tid (each k coalesced across the warp); all
 //    loads of a step are issued before its math.
-//  * The bias offset of each of the kUnroll packs runs along with the tile
-//    (+ step mod bias_len, one compare), 32-bit, no modulo per pack; BIAS with
+//  * The bias: grid_blocks makes each block's trip a multiple of bias_len
+//    elements (or one trip per block), so a thread's kUnroll packs meet the
+//    same bias values on every trip: loaded once, kept as floats. BIAS with
 //    VEC > 1 needs bias_len % VEC == 0 (each pack then sits in one bias row).
-//    A bias row of 2^31 elements or more (8 GB of fp32; no model has one)
-//    skips the tiles: the loop below takes every pack, a 64-bit modulo each.
+//    Any other grid skips the tiles (correct, slow: the loop below).
 //  * The remaining (< one tile per block) packs, then the < VEC tail elements.
 template <int FORM, typename T, int VEC, bool BIAS>
 GELU_HD inline void gelu_body(int64_t block, int64_t blocks, int tid, const T* __restrict__ x,
@@ -113,27 +146,29 @@ GELU_HD inline void gelu_body(int64_t block, int64_t blocks, int tid, const T* _
   using P = Pack<T, VEC>;
   constexpr int kUnroll = unroll_for(VEC);
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kUnroll;
+  constexpr bool kHalf = IsHalf<T>::value;
   const P* xp = reinterpret_cast<const P*>(x);
   P* yp = reinterpret_cast<P*>(y);
   const int64_t packs = n / VEC;
-  const int64_t full = !BIAS || bias_len <= INT32_MAX ? packs / kTile : 0;
-  // Offsets and step < bias_len <= 2^31 - 1: their sum fits 32 bits.
-  uint32_t boff[kUnroll] = {}, bstep = 0;
-  const uint32_t blen = static_cast<uint32_t>(bias_len);
+  int64_t full = packs / kTile;
+  if (BIAS && blocks < full && (blocks * kTile * VEC) % bias_len != 0) full = 0;
+  float bias[kUnroll][VEC] = {};
   if (BIAS && block < full) {
-    for (int k = 0; k < kUnroll; ++k)
-      boff[k] = static_cast<uint32_t>(((block * kTile + k * kThreads + tid) * VEC) % bias_len);
-    bstep = static_cast<uint32_t>((blocks * kTile * VEC) % bias_len);
+    // Offsets of the kUnroll packs: one modulo, then + kThreads * VEC (mod bias_len) each.
+    int64_t off = ((block * kTile + tid) * VEC) % bias_len;
+    const int64_t step = (static_cast<int64_t>(kThreads) * VEC) % bias_len;
+GELU_UNROLL
+    for (int k = 0; k < kUnroll; ++k) {
+      gelu_cuda_io::to_f32v(gelu_cuda_io::ld_keep(reinterpret_cast<const P*>(b + off)), bias[k]);
+      off += step;
+      if (off >= bias_len) off -= bias_len;
+    }
   }
   for (int64_t t = block; t < full; t += blocks) {
     const int64_t p0 = t * kTile + tid;
-    P px[kUnroll], pb[kUnroll];
+    P px[kUnroll];
 GELU_UNROLL
     for (int k = 0; k < kUnroll; ++k) px[k] = gelu_cuda_io::ld_stream(xp + p0 + k * kThreads);
-    if (BIAS) {
-GELU_UNROLL
-      for (int k = 0; k < kUnroll; ++k) pb[k] = gelu_cuda_io::ld_keep(reinterpret_cast<const P*>(b + boff[k]));
-    }
     // The step's kUnroll * VEC elements through the in-range formulas, one
     // flag for all of them; a step with any element out of range (rare)
     // recomputes them all with the exact formulas. Both give the same bits
@@ -142,16 +177,16 @@ GELU_UNROLL
     bool slow = false;
 GELU_UNROLL
     for (int k = 0; k < kUnroll; ++k) {
-      load_f32<BIAS>(px[k], pb[k], v[k]);
+      load_f32<BIAS, VEC>(px[k], bias[k], v[k]);
 GELU_UNROLL
-      for (int e = 0; e < VEC; ++e) v[k][e] = apply_inrange<FORM>(v[k][e], alpha, slow);
+      for (int e = 0; e < VEC; ++e) v[k][e] = apply_inrange<FORM, kHalf>(v[k][e], alpha, slow);
     }
     if (slow) {
 GELU_UNROLL
       for (int k = 0; k < kUnroll; ++k) {
-        load_f32<BIAS>(px[k], pb[k], v[k]);
+        load_f32<BIAS, VEC>(px[k], bias[k], v[k]);
 GELU_UNROLL
-        for (int e = 0; e < VEC; ++e) v[k][e] = apply<FORM>(v[k][e], alpha);
+        for (int e = 0; e < VEC; ++e) v[k][e] = apply<FORM, kHalf>(v[k][e], alpha);
       }
     }
 GELU_UNROLL
@@ -159,10 +194,6 @@ GELU_UNROLL
       P py;
       gelu_cuda_io::from_f32v(v[k], py);
       gelu_cuda_io::st_stream(yp + p0 + k * kThreads, py);
-      if (BIAS) {
-        boff[k] += bstep;
-        if (boff[k] >= blen) boff[k] -= blen;
-      }
     }
   }
   // Cold: what the full tiles leave, spread over the whole grid.

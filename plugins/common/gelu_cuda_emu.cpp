@@ -47,10 +47,12 @@ std::atomic<int> g_order{GELU_EMU_FORWARD};
 std::atomic<unsigned> g_seed{1};
 thread_local char g_last_error[96] = "";
 std::atomic<bool> g_fail_next{false};
+std::atomic<int64_t> g_max_blocks{gelu_cuda::kMaxBlocks}, g_blocks{0};
 
 template <int FORM, typename T, int VEC, bool BIAS>
 void run_grid(const void* x, const void* b, int64_t bl, void* y, int64_t n, float a) {
-  const int64_t blocks = gelu_cuda::grid_blocks(n, VEC), threads = gelu_cuda::kThreads;
+  const int64_t forced = g_blocks.load(), threads = gelu_cuda::kThreads;
+  const int64_t blocks = forced > 0 ? forced : gelu_cuda::grid_blocks(n, VEC, BIAS ? bl : 0, g_max_blocks.load());
   const auto body = [&](int64_t g) {
     gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(g / threads, blocks, static_cast<int>(g % threads),
                                              static_cast<const T*>(x), static_cast<const T*>(b), bl,
@@ -106,6 +108,11 @@ gelu_status_t gelu_cuda_launch(gelu_form_t form, gelu_dtype_t dtype, const void*
 const char* gelu_cuda_last_error(void) { return g_last_error; }
 
 void gelu_cuda_emu_fail_next_launch(void) { g_fail_next.store(true); }
+
+void gelu_cuda_emu_grid(int64_t max_blocks, int64_t blocks) {
+  g_max_blocks.store(max_blocks > 0 ? max_blocks : gelu_cuda::kMaxBlocks);
+  g_blocks.store(blocks);
+}
 
 void gelu_cuda_emu_order(int order, unsigned seed) {
   g_order.store(order);

@@ -13,6 +13,12 @@ enum { GELU_EMU_FORWARD = 0, GELU_EMU_REVERSE = 1, GELU_EMU_SHUFFLED = 2 };
 // The order in which the emulated (block, thread) pairs run; seed: shuffled.
 void gelu_cuda_emu_order(int order, unsigned seed);
 
+// The grid: max_blocks caps the launch's block count in place of kMaxBlocks
+// (<= 0: kMaxBlocks), so that small launches make several trips per block;
+// blocks > 0 forces that many blocks, a grid the launch never picks (the
+// kernel body must still be right). gelu_cuda_emu_grid(0, 0): as the device.
+void gelu_cuda_emu_grid(int64_t max_blocks, int64_t blocks);
+
 // The next gelu_cuda_launch fails like a device launch does (GELU_ERR_CUDA,
 // with text in gelu_cuda_last_error()): how error reporting is tested.
 void gelu_cuda_emu_fail_next_launch(void);

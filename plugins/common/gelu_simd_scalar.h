@@ -31,10 +31,20 @@ GELU_HD inline float bitsf(uint32_t u) {
   return a;
 }
 GELU_HD inline vf vset(float a) { return a; }
+// On the device, round-to-nearest intrinsics: never contracted into an FMA
+// (whatever --fmad says) and IEEE division (whatever -prec-div / fast-math say),
+// so the device computes the CPU kernels' bits under any of those flags.
+#if defined(__CUDA_ARCH__)
+GELU_HD inline vf vadd(vf a, vf b) { return __fadd_rn(a, b); }
+GELU_HD inline vf vsub(vf a, vf b) { return __fsub_rn(a, b); }
+GELU_HD inline vf vmul(vf a, vf b) { return __fmul_rn(a, b); }
+GELU_HD inline vf vdiv(vf a, vf b) { return __fdiv_rn(a, b); }
+#else
 GELU_HD inline vf vadd(vf a, vf b) { return a + b; }
 GELU_HD inline vf vsub(vf a, vf b) { return a - b; }
 GELU_HD inline vf vmul(vf a, vf b) { return a * b; }
 GELU_HD inline vf vdiv(vf a, vf b) { return a / b; }
+#endif
 GELU_HD inline vf vfma(vf a, vf b, vf c) { return fmaf(a, b, c); }
 // a / b for operands and quotient well inside the normal range (callers say
 // why): on the device, the fast path nvcc emits for an IEEE division without

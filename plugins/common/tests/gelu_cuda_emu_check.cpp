@@ -119,14 +119,32 @@ void sweep(int order) {
           if (bias)
             for (int ob = 1; ob <= V; ++ob) check(form, dt, n, bl, 0, ob, 0, rng), ++cases;
         }
-        // Many tiles per block (the grid-stride loop and its bias offset wrap).
+        // Large launches (hundreds of blocks).
         const int64_t big = 4100 * tile * V / 16 + V;
         check(form, dt, big, bias ? V : 0, 0, 0, 0, rng), check(form, dt, big - V + 1, bias ? 1 : 0, 1, 0, 0, rng);
         cases += 2;
+        // Several trips per block: the grid capped at a few blocks (the launch
+        // then keeps each block's bias offsets the same on every trip, or
+        // gives each block one trip), and grids the launch never picks (any
+        // grid must still be right). x aligned: the vector kernel where the
+        // bias row allows it; x one element off: the one-element kernel.
+        const std::vector<int64_t> rows = bias ? std::vector<int64_t>{1, V, 3 * V, 5 * V, 7 * V, 3 * V + 1, 1000}
+                                               : std::vector<int64_t>{11 * tile * V + 3};
+        for (int64_t cap : {1, 3, 5}) {
+          for (int64_t blocks : {int64_t(0), cap + 1}) {
+            gelu_cuda_emu_grid(cap, blocks);
+            for (int64_t r : rows) {
+              const int64_t n = bias ? r * ((11 * tile * V) / r + 1) : r, bl = bias ? r : 0;
+              check(form, dt, n, bl, 0, 0, 0, rng), check(form, dt, n, bl, 1, 0, 0, rng);
+              cases += 2;
+            }
+          }
+        }
+        gelu_cuda_emu_grid(0, 0);
         if (bias) {
           // Every bias length 1..1000 (the vector kernel when V divides it).
           for (int64_t bl = 1; bl <= 1000; ++bl) check(form, dt, bl * (1 + (bl * 7) % 5), bl, 0, 0, 0, rng), ++cases;
-          // Bias rows over several full tiles (the running bias offset wraps).
+          // Bias rows over several full tiles (a thread's packs cross bias rows).
           for (int64_t bl : {int64_t(8 * V), int64_t(768), int64_t(3072), int64_t(tile * V + V)})
             check(form, dt, bl * ((3 * tile * V) / bl + 2), bl, 0, 0, 0, rng), ++cases;
         }
