@@ -24,8 +24,22 @@ if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
     from .api import FuseResult
 
 
+def path_arg(path) -> str:
+    """A path argument as str (bytes decoded as the OS does); never one with NUL."""
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise InputError(f"expected a path, got {type(path).__name__}") from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p or "\x00" in p:
+        raise InputError(f"{p!r}: not a valid path")
+    return p
+
+
 def require_file(path) -> None:
     """A path the tool reads must be an existing regular file (one line otherwise)."""
+    path = path_arg(path)
     try:
         st = Path(path).stat()
     except FileNotFoundError:
@@ -104,12 +118,14 @@ def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False)
     only with ``overwrite_input``); on any failure every pre-existing file is
     as it was. Raises gelu_onnx.errors.GeluOnnxError subclasses (one-line
     messages) for bad input and unsupported models."""
+    from . import onnxio
     from .api import fuse_with_report
 
-    src, dst = os.fspath(src), os.fspath(dst)
+    src, dst = path_arg(src), path_arg(dst)
     require_file(src)
     if _same_file(src, dst) and not overwrite_input:
         raise InputError(f"{dst} is the input file; refusing to overwrite it (pass --overwrite-input)")
+    onnxio.check_output_path(dst, src, overwrite_input)  # before any work (the write checks again)
     with _opened(src) as (loaded, skel):
         check_input(loaded, src, skel)
         with _in_folder(skel):
@@ -127,7 +143,7 @@ def inspect_file(src, target=DEFAULT_TARGET) -> FileInspectResult:
     from .api import inspect
     from .verify.pairing import custom_ops_gone
 
-    src = os.fspath(src)
+    src = path_arg(src)
     require_file(src)
     with _opened(src) as (loaded, skel):
         check_input(loaded, src, skel)
@@ -164,8 +180,11 @@ def check_input(loaded, src, skeleton=None) -> None:
                 onnx.checker.check_model(model, full_check=True)
         elif not loaded.external_files and loaded.file_size < onnxio.MAX_PROTO_BYTES - (64 << 20):
             onnx.checker.check_model(model, full_check=True)
-        else:  # external data resolve relative to the file
-            onnx.checker.check_model(os.fspath(src), full_check=True)
+        elif _utf8(loaded.path):  # external data resolve relative to the file
+            onnx.checker.check_model(loaded.path, full_check=True)
+        else:  # onnx takes UTF-8 paths only: the model, from its folder
+            with _cwd(os.path.dirname(loaded.path)):
+                onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{src}: the input model fails onnx.checker: {_one_line(first)}") from None
@@ -179,7 +198,7 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     onnxio.LoadedModel it came from (protects the input and its data files);
     ``skeleton``: the splice.Skeleton it was read as; ``checked_against``: the
     input path (named when the runtime cannot load the result). Appends one-line notes to ``notes``; returns the path."""
-    from . import onnxio
+    from . import interrupts, onnxio
 
     notes = [] if notes is None else notes
     # onnx >= 1.23 stamps IR 14 on everything: write the lowest the model needs,
@@ -191,31 +210,38 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     shown = os.fspath(dst)
     # The checker resolves external data relative to the model file (and takes
     # > 2 GiB only as a file): check those after writing, the rest before.
-    if skeleton is not None:
-        # The skeleton is small; its stripped weights are checked as external
-        # data inside the input file (their lengths exactly by splice).
-        with skeleton.in_folder():
-            _checker(model, shown)
-        saved = skeleton.save(model, dst, overwrite_input=overwrite_input)
-        in_memory = True
-    else:
-        in_memory = onnxio.checkable_in_memory(model)
-        if in_memory:
-            _checker(model, shown)
-        if source is not None:
-            saved = onnxio.save_model(model, dst, source=source, overwrite_input=overwrite_input,
-                                         keep_backups=True)
+    # A signal anywhere in here unwinds through the rollback (gelu_onnx.interrupts).
+    with interrupts.unwinding():
+        if skeleton is not None:
+            # The skeleton is small; its stripped weights are checked as external
+            # data inside the input file (their lengths exactly by splice).
+            with skeleton.in_folder():
+                _checker(model, shown)
+            saved = skeleton.save(model, dst, overwrite_input=overwrite_input)
+            in_memory = True
         else:
-            saved = onnxio.save_model(model, dst, source_dir=base_dir, keep_backups=True)
-    if not in_memory:
+            in_memory = onnxio.checkable_in_memory(model)
+            if in_memory:
+                _checker(model, shown)
+            if source is not None:
+                saved = onnxio.save_model(model, dst, source=source, overwrite_input=overwrite_input,
+                                          keep_backups=True)
+            else:
+                saved = onnxio.save_model(model, dst, source_dir=base_dir, keep_backups=True)
         try:
-            _checker(saved.path, shown)
+            if not in_memory:
+                interrupts.fault("write:checker")
+                if _utf8(saved.path):
+                    _checker(saved.path, shown)
+                else:  # onnx takes UTF-8 paths only: the model, from its folder
+                    with _cwd(os.path.dirname(saved.path)):
+                        _checker(model, shown)
         except BaseException:
             # never leave a model that failed the checker behind, and put back
             # the previous output and data files it replaced
             saved.rollback()
             raise
-    saved.commit()
+        saved.commit()
     notes += saved.notes
     return saved.path
 
@@ -248,6 +274,26 @@ def _checker(model_or_path, shown) -> None:
     except (onnx.checker.ValidationError, ValueError) as e:
         raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {_one_line(str(e).splitlines()[0])} "
                             "(a bug: please report)") from e
+
+
+def _utf8(path) -> bool:
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _cwd(folder):
+    """onnx.checker resolves an in-memory model's external data against the cwd."""
+    back = os.open(".", os.O_RDONLY)
+    try:
+        os.chdir(folder)
+        yield
+    finally:
+        os.fchdir(back)
+        os.close(back)
 
 
 def _one_line(s) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gelu_onnx.onnxio import splice
-from model_helpers import matmul_gelu_model
+from model_helpers import gelu_model, matmul_gelu_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,9 +55,12 @@ def _snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+PREVIOUS = gelu_model().SerializeToString()
+
+
 def _prepare(mnt: Path, fault: str) -> Path:
     out = mnt / "out.onnx"
-    out.write_bytes(b"the previous output")
+    out.write_bytes(PREVIOUS)  # a previous output: an ONNX model (other files are never replaced)
     (mnt / "keep.txt").write_text("a user's file")
     if fault == "full":
         filler = mnt / "filler"
@@ -104,4 +107,4 @@ def test_check_save_inputs_into_a_faulty_folder_changes_nothing(inputs, tmpfs, f
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "inputs.npz" in lines[0], r.stderr
     assert ("No space left" if fault == "full" else "Read-only") in lines[0], lines
-    assert _snapshot(mnt) == before and out.read_bytes() == b"the previous output"
+    assert _snapshot(mnt) == before and out.read_bytes() == PREVIOUS

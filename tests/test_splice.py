@@ -241,17 +241,19 @@ def test_graph_field_twice_takes_the_plain_path(tmp_path, monkeypatch, forced):
     assert _fuse_cli(path, tmp_path / "out.onnx", monkeypatch) == 0
 
 
-def test_tensor_with_wrong_payload_length_is_not_stripped(tmp_path, monkeypatch, forced):
+def test_tensor_with_wrong_payload_length_is_refused(tmp_path, monkeypatch, forced):
+    """A payload longer than its dims say is bad input (ONNX Runtime refuses
+    it; onnx.checker lets it through): the skeleton is never built, and both
+    paths refuse it alike (exit 2). It was once passed through unstripped."""
     model = _model()
     w = next(t for t in model.graph.initializer if t.name == "W2")
     w.raw_data = w.raw_data + bytes(4)  # longer than dims say
     path = _save(model, tmp_path / "bad.onnx")
-    with splice.open_skeleton(path, strip_min_bytes=STRIP) as skel:
-        assert "W2" not in {s.name for s in skel.stripped.values()}
-    # both paths judge it alike (the checker refuses the oversized payload or not)
+    with pytest.raises(InputError, match="raw_data holds 16388 bytes"):
+        splice.open_skeleton(path, strip_min_bytes=STRIP)
     rc_a = _fuse_cli(path, tmp_path / "a.onnx", monkeypatch, splice_on=True)
     rc_b = _fuse_cli(path, tmp_path / "b.onnx", monkeypatch, splice_on=False)
-    assert rc_a == rc_b
+    assert rc_a == rc_b == 2
 
 
 def test_wanted_threshold_and_switch(tmp_path, monkeypatch):

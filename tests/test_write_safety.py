@@ -81,7 +81,7 @@ def test_signal_mid_write_leaves_nothing_and_keeps_the_previous_output(tmp_path,
     out.parent.mkdir()
     assert gelu("fuse", src, "-o", out).returncode == 0
     before = snapshot(tmp_path)
-    r = gelu("fuse", src, "-o", out, env={"GELU_ONNX_TEST_SIGNAL_BEFORE_RENAME": sig})
+    r = gelu("fuse", src, "-o", out, env={"GELU_ONNX_TEST_FAULT": f"write:before-rename={sig}"})
     assert r.returncode in (130, 128 + 15, 128 + 1), (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr
     assert snapshot(tmp_path) == before  # every temp file removed, previous output intact

@@ -2,7 +2,8 @@
 
 walk (every graph and tensor) -> tensors (format facts) -> validate -> load;
 irversion (the lowest IR a model needs); save (atomic writes, backups,
-rollback, the one copy routine); splice (big single-file models as a
+rollback) on fileops (temp files, modes, the one copy routine; signals
+handled by gelu_onnx.interrupts); splice (big single-file models as a
 skeleton whose weights stay in the file). See docs/safety.md.
 """
 from __future__ import annotations

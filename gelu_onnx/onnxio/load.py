@@ -2,7 +2,6 @@
 never read) and validate it; tensor_array reads one small tensor safely."""
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 from dataclasses import dataclass
@@ -12,7 +11,8 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
 from ..errors import InputError, MissingFileError, UnsafeModelError
-from .tensors import MAX_PROTO_BYTES, MMAP_MIN_BYTES, external_info, is_external, tensor_nbytes
+from ..interrupts import fault
+from .tensors import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .validate import Validator, one_line, quote, validate_model
 
 
@@ -39,27 +39,25 @@ class LoadedModel:
 
 
 
-def _read(path: str, size: int) -> memoryview | bytes:
+def _read(path: str, size: int) -> bytes:
+    """The file's bytes, read (never mapped: a mapped file that another
+    process truncates while we parse it kills us with SIGBUS). Files of
+    MMAP_MIN_BYTES and more normally go the splice path, which reads only
+    field headers."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         st = os.fstat(fd)  # the file we opened, not the one we stat'ed before
         if not stat.S_ISREG(st.st_mode):
             raise IsADirectoryError("not a regular file")
-        if size < MMAP_MIN_BYTES:
-            # A mapped file truncated by another process while we parse it
-            # kills us with SIGBUS: small files (all but the skeleton path's)
-            # are read instead.
-            with os.fdopen(os.dup(fd), "rb") as f:
-                return f.read()
-        try:
-            # mmap avoids a second in-memory copy of the file and parses
-            # ~2x faster than read(); fall back where mmap is not possible.
-            return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-        except (OSError, ValueError):
-            with os.fdopen(os.dup(fd), "rb") as f:
-                return f.read()
+        fault("read:opened")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(size + 1)
     finally:
         os.close(fd)
+    if len(data) != size:
+        raise InputError(f"{one_line(path)}: the file changed size while it was being read "
+                         f"({size} bytes, then {len(data)}{'+' if len(data) > size else ''})")
+    return data
 
 
 def load_model(path) -> LoadedModel:
@@ -107,11 +105,6 @@ def load_model(path) -> LoadedModel:
     except (DecodeError, ValueError, RuntimeError, TypeError):
         raise InputError(f"{where}: not a valid ONNX model (protobuf parse failed: "
                          "truncated, damaged or not ONNX)") from None
-    finally:
-        if isinstance(data, memoryview):
-            mm = data.obj
-            data.release()
-            mm.close()
     base = os.path.realpath(os.path.dirname(apath))
     files = validate_model(model, base_dir=base, where=where)
     return LoadedModel(model, apath, base, files, st.st_size)

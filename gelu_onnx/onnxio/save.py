@@ -4,10 +4,8 @@ the output, never over the input or another model's data (docs/safety.md)."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
-import tempfile
 from dataclasses import dataclass, field
 
 import onnx
@@ -17,6 +15,9 @@ from onnx import TensorProto
 from ..errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
 from .tensors import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, embedded_bytes, external_info,
                       is_external, tensor_nbytes)
+from .fileops import (backup, cleanup, copy_into, makedirs, new_mode, reflink, same_bytes, same_file,
+                      source_mode, tmp_in)
+from ..interrupts import critical, fault, unwinding
 from .load import LoadedModel
 from .validate import Validator, one_line
 from .walk import iter_tensors
@@ -39,105 +40,25 @@ class SavedModel:
     created: list[str] = field(default_factory=list)
 
     def commit(self) -> None:
-        for bak, _ in self.backups:
-            with contextlib.suppress(OSError):
-                os.unlink(bak)
-        self.backups.clear()
+        with critical():
+            for bak, _ in self.backups:
+                with contextlib.suppress(OSError):
+                    os.unlink(bak)
+            self.backups.clear()
+            self.created.clear()
 
     def rollback(self) -> None:
         """Remove what this write created and restore what it replaced."""
-        for f in self.created:
-            with contextlib.suppress(OSError):
-                os.unlink(f)
-        for bak, final in self.backups:
-            with contextlib.suppress(OSError):
-                os.replace(bak, final)
-        self.backups.clear()
-
-
-def _umask() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022
-
-
-def tmp_in(folder: str, final_name: str) -> tuple[int, str]:
-    fd, tmp = tempfile.mkstemp(prefix=f".{final_name}.", suffix=".tmp", dir=folder)
-    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; match a normal create
-    return fd, tmp
-
-
-_FICLONE = 0x40049409  # linux/fs.h: ioctl(dst_fd, FICLONE, src_fd)
-
-
-def reflink(src: str, dst_fd: int) -> bool:
-    try:
-        import fcntl
-
-        with open(src, "rb") as f:
-            fcntl.ioctl(dst_fd, _FICLONE, f.fileno())
-        return True
-    except (OSError, ImportError):
-        return False
-
-
-# copy_file_range refusals that mean "not here" (old kernels, some filesystems)
-_NO_COPY_RANGE = {getattr(errno, n) for n in ("EXDEV", "ENOSYS", "EOPNOTSUPP", "EINVAL", "EPERM") if hasattr(errno, n)}
-
-
-def write_all(fd: int, data) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def copy_range(src_fd: int, dst_fd: int, offset: int, length: int, shown: str) -> None:
-    """Copy bytes [offset, offset+length) of src_fd to dst_fd's position, in the
-    kernel where it can (copy_file_range), else in 16 MiB chunks; never the
-    whole payload in Python memory. The one copy routine of the package (data
-    files next to an output, the splice path's weights)."""
-    end = offset + length
-    try:
-        while offset < end:
-            n = os.copy_file_range(src_fd, dst_fd, min(end - offset, 1 << 30), offset)
-            if n == 0:
-                raise InputError(f"{shown}: the file shrank while it was being copied")
-            offset += n
-    except (AttributeError, OSError) as e:
-        if isinstance(e, OSError) and e.errno not in _NO_COPY_RANGE:
-            raise
-        while offset < end:
-            chunk = os.pread(src_fd, min(end - offset, 1 << 24), offset)
-            if not chunk:
-                raise InputError(f"{shown}: the file shrank while it was being copied") from None
-            write_all(dst_fd, chunk)
-            offset += len(chunk)
-
-
-def copy_into(src_real: str, dst_fd: int):
-    """Copy a (validated) data file without reading it into Python memory."""
-    fd = os.open(src_real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                 | getattr(os, "O_NONBLOCK", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeModelError(f"{src_real}: external data is not a regular file")
-        copy_range(fd, dst_fd, 0, st.st_size, src_real)
-    finally:
-        os.close(fd)
-
-
-def same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
+        with critical():
+            fault("write:rollback")  # a second signal here waits for the rollback's end
+            for f in self.created:
+                with contextlib.suppress(OSError):
+                    os.unlink(f)
+            for bak, final in self.backups:
+                with contextlib.suppress(OSError):
+                    os.replace(bak, final)
+            self.backups.clear()
+            self.created.clear()
 
 
 def _externalize(model: onnx.ModelProto, fd: int, location: str) -> int:
@@ -171,36 +92,78 @@ def _externalize(model: onnx.ModelProto, fd: int, location: str) -> int:
     return count
 
 
-def check_output_path(out_path, input_path=None, overwrite_input: bool = False) -> tuple[str, str, str]:
-    """The checks every model writer makes on its output path: a real path
-    (no NUL), in an existing folder, not a directory, and not the input model
-    unless ``overwrite_input``. Returns (path as shown in messages, absolute
-    path, its folder)."""
+def check_output_path(out_path, input_path=None, overwrite_input: bool = False, *,
+                      replaceable=None, check_existing: bool = True) -> tuple[str, str, str]:
+    """The checks every writer makes on its output path, before anything is
+    written: a real path (no NUL, no trailing slash), in an existing folder,
+    not a directory, device, FIFO or socket, and not the input model unless
+    ``overwrite_input``. A symlink is written through (its target is
+    replaced, the link stays); a dangling one is refused. An existing file is
+    replaced only when ``replaceable(path)`` says it is one of the files this
+    writer makes (default: an ONNX model, i.e. a previous output) or it is
+    empty: never a user's weights or notes. Returns (path as shown in
+    messages, absolute path written, its folder)."""
     try:
         shown = os.fspath(out_path)
     except TypeError:
         raise InputError(f"expected an output path, got {type(out_path).__name__}") from None
+    if isinstance(shown, bytes):
+        shown = os.fsdecode(shown)
     where = one_line(str(shown))
-    if not shown or "\x00" in str(shown):
+    if not shown or "\x00" in shown:
         raise InputError(f"{where!r}: not a valid output path")
+    if shown.endswith(os.sep) or (os.altsep and shown.endswith(os.altsep)):
+        raise InputError(f"{where}: ends with a path separator; give an output file name")
     out = os.path.abspath(shown)
+    if os.path.islink(out):
+        target = os.path.realpath(out)
+        if not os.path.lexists(target):
+            raise InputError(f"{where}: is a symlink to {one_line(target)}, which does not exist; "
+                             "give the real output path")
+        out = target
     out_dir = os.path.dirname(out)
-    if not os.path.isdir(out_dir):
-        raise InputError(f"{where}: output folder {out_dir} does not exist")
-    if os.path.isdir(out):
-        raise InputError(f"{where}: is a directory; give an output file name")
-    if os.path.lexists(out) and not stat.S_ISREG(os.lstat(out).st_mode) and not os.path.islink(out):
+    try:
+        if not os.path.isdir(out_dir):
+            raise InputError(f"{where}: output folder {one_line(out_dir)} does not exist")
+        if os.path.isdir(out):
+            raise InputError(f"{where}: is a directory; give an output file name")
+        st = os.lstat(out) if os.path.lexists(out) else None
+    except OSError as e:  # a name over the OS limits, a loop of links
+        raise InputError(f"{where}: cannot use it as output ({e.strerror or e})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
         raise InputError(f"{where}: exists and is not a regular file (a device, FIFO or socket); "
                          "refusing to replace it")
     if input_path is not None and same_file(out, input_path) and not overwrite_input:
         raise InputError(f"{where}: refusing to overwrite the input model; choose another "
                          "output path (or request in-place explicitly)")
+    if check_existing and not (input_path is not None and same_file(out, input_path)):
+        refuse_unreplaceable(where, out, replaceable)
     return where, out, out_dir
+
+
+def refuse_unreplaceable(where: str, out: str, replaceable=None) -> None:
+    """An existing, non-empty file at ``out`` that is not what this writer
+    makes (``replaceable(path)``; default: an ONNX model) is never replaced."""
+    try:
+        if not os.path.getsize(out):
+            return
+    except OSError:
+        return  # not there
+    if not (replaceable(out) if replaceable is not None else _is_model_file(out)):
+        raise InputError(f"{where}: exists and is not {'a file this command writes' if replaceable else 'an ONNX model'}"
+                         " (weights? another file?); refusing to replace it: remove it first or choose "
+                         "another output path")
+
+
+def _is_model_file(path: str) -> bool:
+    from .splice import is_model_file  # splice reads the wire format (and imports this module)
+
+    return is_model_file(path)
 
 
 def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None = None,
                source_dir=None, input_path=None, overwrite_input: bool = False,
-               max_proto_bytes: int = MAX_PROTO_BYTES, keep_backups: bool = False) -> SavedModel:
+               max_proto_bytes: int | None = None, keep_backups: bool = False) -> SavedModel:
     """Write ``model`` to ``out_path`` atomically (temp file + rename).
 
     ``source`` (the LoadedModel it came from) or ``source_dir``/``input_path``
@@ -211,14 +174,26 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
     source folder, the data files are reflink-cloned (else copied) next to it.
     If the serialized model would exceed ``max_proto_bytes`` (protobuf's 2 GB
     limit by default), tensors >= 1 KiB go to ``<output name>.data`` (the
-    model object is changed in place then, as onnx.save does).
+    model object is changed in place then, as onnx.save does;
+    GELU_ONNX_TEST_MAX_PROTO_BYTES lowers the default limit, for tests).
+    SIGINT/SIGTERM/SIGHUP during the write remove every temp file and put
+    back what was replaced (gelu_onnx.interrupts).
     """
+    if max_proto_bytes is None:
+        max_proto_bytes = int(os.environ.get("GELU_ONNX_TEST_MAX_PROTO_BYTES", MAX_PROTO_BYTES))
+    with unwinding():
+        return _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
+                     keep_backups)
+
+
+def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
+          keep_backups) -> SavedModel:
     protected: set[str] = set()
     if source is not None:
         source_dir = source_dir if source_dir is not None else source.base_dir
         input_path = input_path if input_path is not None else source.path
         protected.update(source.external_files)
-    where, out, out_dir = check_output_path(out_path, input_path, overwrite_input)
+    where, out, out_dir = check_output_path(out_path, input_path, overwrite_input, check_existing=False)
     real_dir = os.path.realpath(out_dir)
     for p in protected:
         if same_file(out, p):
@@ -238,17 +213,20 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
         if same_file(out, src):
             raise InputError(f"{where}: refusing to overwrite {src}, an external data file "
                              "the model uses")
+    if not (input_path is not None and same_file(out, input_path)):
+        refuse_unreplaceable(where, out)
 
     saved = SavedModel(out)
     pending: list[tuple[str, str]] = []  # (temp, final), renamed in this order
     made_dirs: list[str] = []
     try:
+        fault("write:start")
         if refs and real_dir != v.base_dir:
             for loc, src in sorted(refs.items()):
                 dst = os.path.join(out_dir, loc)
                 dst_dir = os.path.dirname(dst)
                 if not os.path.isdir(dst_dir):
-                    _makedirs(dst_dir, out_dir, made_dirs)
+                    makedirs(dst_dir, out_dir, made_dirs)
                 real_dst_dir = os.path.realpath(dst_dir)
                 if os.path.commonpath([real_dst_dir, real_dir]) != real_dir:
                     raise UnsafeModelError(f"{where}: data file {loc} would be written "
@@ -257,30 +235,39 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
                     raise InputError(f"{where}: the model's external data file {loc} would be written "
                                      "at the output path itself; choose another output name")
                 saved.data_files.append(dst)
+                if os.path.islink(dst):  # onnx refuses links as data files; and never replace one
+                    raise InputError(f"{where}: {dst} is a symlink where the model's data file {loc} goes; "
+                                     "refusing to replace it: write the output into another folder")
                 if os.path.lexists(dst) and same_file(dst, src):
-                    continue  # already linked by an earlier run
+                    continue  # the same file (the output folder is the input folder, bind-mounted)
                 if any(same_file(dst, p) for p in protected if os.path.lexists(dst)):
                     raise InputError(f"{where}: refusing to overwrite {dst}, an external data "
                                      "file of the input model")
-                if os.path.lexists(dst) and not _same_bytes(dst, src):
-                    # another model's data (it would then compute other values)
-                    raise InputError(f"{where}: {dst} already exists and is not this model's data "
-                                     f"file {loc} (its bytes differ); refusing to replace it: write "
-                                     "the output into another folder")
+                if os.path.lexists(dst):
+                    if not same_bytes(dst, src):
+                        # another model's data (it would then compute other values)
+                        raise InputError(f"{where}: {dst} already exists and is not this model's data "
+                                         f"file {loc} (its bytes differ); refusing to replace it: write "
+                                         "the output into another folder")
+                    st = os.lstat(dst)
+                    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                        continue  # this model's bytes already (an earlier run): kept as it is
                 # Not a hard link: onnx >= 1.23 refuses to load a model whose
                 # data file has several links ("potential hardlink attack"),
                 # which would break the user's *input* model too. A reflink
                 # (copy-on-write clone, btrfs/xfs) costs nothing; else copy.
-                fd, tmp = tmp_in(real_dst_dir, os.path.basename(dst))
-                pending.append((tmp, dst))
+                fd, tmp = tmp_in(real_dst_dir, os.path.basename(dst), pending, dst,
+                                 new_mode(dst, source_mode(src)))
                 try:
-                    if reflink(src, fd):
+                    # the bytes validated above, no fewer (a file truncated since fails)
+                    if reflink(src, fd) and os.fstat(fd).st_size >= v.data_files[src]:
                         saved.linked.append(dst)
                     else:
-                        copy_into(src, fd)
+                        copy_into(src, fd, v.data_files[src])
                         saved.copied.append(dst)
                 finally:
                     os.close(fd)
+                fault("write:data-copied")
         # upb's ByteSize() serializes the whole model (and a failed > 2 GB
         # serialization takes seconds), so decide from the payload sizes.
         payload = None
@@ -294,8 +281,8 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
                 payload = None
         if payload is None:
             name = _data_name(out, refs, protected, out_dir)
-            fd, tmp = tmp_in(real_dir, name)
-            pending.append((tmp, os.path.join(out_dir, name)))
+            data = os.path.join(out_dir, name)
+            fd, tmp = tmp_in(real_dir, name, pending, data, new_mode(data, new_mode(out)))
             try:
                 saved.externalized = _externalize(model, fd, name)
             finally:
@@ -308,34 +295,30 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
             except EncodeError:
                 raise UnsupportedError(f"{where}: the graph itself is over 2 GB even "
                                        "without tensor payloads") from None
-        fd, tmp = tmp_in(real_dir, os.path.basename(out))
-        pending.append((tmp, out))
+        fd, tmp = tmp_in(real_dir, os.path.basename(out), pending, out, new_mode(out))
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         del payload
-        if os.environ.get("GELU_ONNX_TEST_SIGNAL_BEFORE_RENAME"):  # fault injection (tests)
-            import signal
-
-            os.kill(os.getpid(), getattr(signal, os.environ["GELU_ONNX_TEST_SIGNAL_BEFORE_RENAME"]))
-        for tmp, final in pending:
-            if os.path.lexists(final):
-                bak = _backup(final)
-                saved.backups.append((bak, final))
-            else:
-                saved.created.append(final)
-            os.replace(tmp, final)
-        pending.clear()
-    except GeluOnnxError:
-        saved.rollback()
-        _cleanup(pending, made_dirs)
-        raise
-    except OSError as e:
-        saved.rollback()
-        _cleanup(pending, made_dirs)
-        raise InputError(f"{where}: cannot write it ({e.strerror or e})") from None
-    except BaseException:
-        saved.rollback()
-        _cleanup(pending, made_dirs)
+        fault("write:before-rename")
+        # all renames or none: a signal in here is acted on after the loop,
+        # and the rollback below then puts back what was replaced
+        with critical():
+            for tmp, final in pending:
+                if final == out:
+                    fault("write:data-renamed")  # every data file is in place, the model not yet
+                if os.path.lexists(final):
+                    bak = backup(final)
+                    saved.backups.append((bak, final))
+                else:
+                    saved.created.append(final)
+                os.replace(tmp, final)
+            pending.clear()
+    except BaseException as e:
+        with critical():  # both, even if another signal comes
+            saved.rollback()
+            cleanup(pending, made_dirs)
+        if isinstance(e, OSError) and not isinstance(e, GeluOnnxError):
+            raise InputError(f"{where}: cannot write it ({e.strerror or e})") from None
         raise
     if not keep_backups:  # else the caller commits (or rolls back) after its own checks
         saved.commit()
@@ -352,38 +335,6 @@ def _size(n: int) -> str:
     return "2 GB" if n == MAX_PROTO_BYTES else f"{n} bytes"
 
 
-def _makedirs(path: str, root: str, made: list[str]):
-    parts = []
-    while not os.path.isdir(path) and os.path.normpath(path) != os.path.normpath(root):
-        parts.append(path)
-        path = os.path.dirname(path)
-    for p in reversed(parts):
-        os.mkdir(p)
-        made.append(p)
-
-
-def _backup(path: str) -> str:
-    """A hidden hard link to ``path`` in its folder (free, same filesystem)."""
-    folder, name = os.path.split(path)
-    for k in range(1000):
-        bak = os.path.join(folder, f".{name}.gelu-onnx-prev{k or ''}")
-        try:
-            os.link(path, bak)
-            return bak
-        except FileExistsError:
-            continue
-    raise InputError(f"{path}: no free name to keep the previous file while writing")
-
-
-def _same_bytes(a: str, b: str) -> bool:
-    import filecmp
-
-    try:
-        return filecmp.cmp(a, b, shallow=False)
-    except OSError:
-        return False
-
-
 def _data_name(out: str, refs: dict, protected: set, out_dir: str) -> str:
     base = os.path.basename(out)
     for k in range(1000):
@@ -393,26 +344,26 @@ def _data_name(out: str, refs: dict, protected: set, out_dir: str) -> str:
             continue
         if any(same_file(path, os.path.join(out_dir, r)) for r in refs):
             continue
-        if os.path.lexists(path) and not _written_by_us(path, base):
+        if os.path.islink(path) or (os.path.lexists(path) and not _written_by_us(path, base)):
             continue  # another file of that name: never replaced
         return name
     raise InputError(f"{out}: no free name for its external data file")
 
 
 def _written_by_us(data: str, model_name: str) -> bool:
-    """``data`` (named after the output) goes with the output model that this
-    write replaces; its previous bytes are kept until the write commits."""
-    return os.path.isfile(os.path.join(os.path.dirname(data), model_name))
+    """``data`` (named after the output) is the companion of the output model
+    this write replaces: that model exists and stores tensors in it. Its
+    previous bytes are kept until the write commits."""
+    model = os.path.join(os.path.dirname(data), model_name)
+    try:
+        if not os.path.isfile(model) or os.path.getsize(model) > MAX_PROTO_BYTES:
+            return False
+        m = onnx.ModelProto()
+        with open(model, "rb") as f:
+            m.ParseFromString(f.read())
+    except Exception:  # noqa: BLE001 - unreadable or not a model: not ours to replace
+        return False
+    name = os.path.basename(data)
+    return any(is_external(t) and external_info(t).get("location") == name for t in iter_tensors(m))
 
 
-def _cleanup(pending: list[tuple[str, str]], made_dirs: list[str]):
-    for tmp, _ in pending:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    for d in reversed(made_dirs):
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass

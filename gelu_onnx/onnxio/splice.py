@@ -44,7 +44,9 @@ from onnx import ModelProto, TensorProto
 
 from ..errors import GeluOnnxError, InputError, UnsupportedError
 from .load import LoadedModel
-from .save import SavedModel, check_output_path, copy_range, tmp_in, write_all
+from .fileops import cleanup, copy_range, new_mode, tmp_in, write_all
+from ..interrupts import critical, fault, unwinding
+from .save import SavedModel, check_output_path
 from .tensors import MAX_PROTO_BYTES, MMAP_MIN_BYTES, tensor_nbytes
 from .validate import validate_model
 from .walk import iter_tensors
@@ -228,26 +230,29 @@ class Skeleton:
         pieces, total = self._pieces(model)
         if total > MAX_PROTO_BYTES:
             raise UnsupportedError(f"{shown}: the fused model would be over 2 GB in one file")
-        try:  # a read-only or full folder, no permission: one line, nothing left
-            fd, tmp = tmp_in(os.path.realpath(out_dir), os.path.basename(out))
-        except OSError as e:
-            raise InputError(f"{shown}: cannot write it ({e.strerror or e})") from None
-        try:
+        pending: list = []
+        with unwinding():
             try:
-                for p in pieces:
-                    if isinstance(p, tuple):
-                        self._copy(fd, *p)
-                    else:
-                        write_all(fd, p)
-            finally:
-                os.close(fd)
-            os.replace(tmp, out)
-        except OSError as e:
-            _unlink(tmp)
-            raise InputError(f"{shown}: cannot write it ({e.strerror or e})") from None
-        except BaseException:
-            _unlink(tmp)
-            raise
+                fault("write:start")
+                fd, tmp = tmp_in(os.path.realpath(out_dir), os.path.basename(out), pending, out, new_mode(out))
+                try:
+                    for p in pieces:
+                        if isinstance(p, tuple):
+                            self._copy(fd, *p)
+                        else:
+                            write_all(fd, p)
+                finally:
+                    os.close(fd)
+                fault("write:before-rename")
+                with critical():
+                    os.replace(tmp, out)
+                    pending.clear()
+            except OSError as e:  # a read-only or full folder, no permission: one line, nothing left
+                cleanup(pending, [])
+                raise InputError(f"{shown}: cannot write it ({e.strerror or e})") from None
+            except BaseException:
+                cleanup(pending, [])
+                raise
         return SavedModel(out)
 
     # -- output assembly --------------------------------------------------------
@@ -291,11 +296,31 @@ class Skeleton:
         copy_range(self._fd, dst, offset, length, self.path)
 
 
-def _unlink(path: str) -> None:
+# ModelProto's top-level fields (onnx.proto) and their wire types
+_MODEL_FIELDS = {1: 0, 2: _LEN, 3: _LEN, 4: _LEN, 5: 0, 6: _LEN, 7: _LEN, 8: _LEN, 14: _LEN, 20: _LEN,
+                 25: _LEN, 26: _LEN}
+
+
+def is_model_file(path) -> bool:
+    """Whether the file is, at its top level, a serialized ModelProto with a
+    graph: field headers only (a weights file or a text fails at its first
+    bytes), so a writer can tell a previous output from a user's other files."""
     try:
-        os.unlink(path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
-        pass
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        graph = False
+        for num, wt, *_ in _fields(_Src(fd=fd, size=size), 0, size):
+            if _MODEL_FIELDS.get(num) != wt:
+                return False
+            graph = graph or num == _GRAPH
+        return graph
+    except (_Malformed, _Unsupported, OSError):
+        return False
+    finally:
+        os.close(fd)
 
 
 def wanted(path, min_bytes: int | None = None) -> bool:
@@ -329,6 +354,7 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size > MAX_PROTO_BYTES - _MARGIN:
             raise _Unsupported("not a regular file of a size we splice")
         skel_bytes, stripped = _scan(_Src(fd=fd, size=st.st_size), os.path.basename(real), strip_min)
+        fault("read:scanned")
         model = ModelProto()
         try:
             model.ParseFromString(skel_bytes)

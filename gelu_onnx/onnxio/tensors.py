@@ -7,8 +7,9 @@ from onnx import TensorProto
 
 from .walk import iter_tensors
 
-# Files at least this large are mapped rather than read (and go the splice
-# skeleton path, onnxio/splice.py, which uses the same bound).
+# Files at least this large go the splice skeleton path (onnxio/splice.py:
+# field headers read, weights never parsed); smaller ones are read whole
+# (never mapped: a truncation by another process would be a SIGBUS).
 MMAP_MIN_BYTES = 64 << 20
 # Protobuf cannot serialize or parse a message of 2 GiB or more.
 MAX_PROTO_BYTES = 2**31 - 1
@@ -22,11 +23,11 @@ EXTERNAL_ALIGN = 4096
 # "basepath"), which is how CVE-2024-27318-style escapes worked.
 EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum"})
 
+_T = TensorProto
 # Domains whose ops onnx knows the schemas of; ops in them must exist.
 ONNX_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
 
 # Bits per element for fixed-width types (STRING / UNDEFINED absent).
-_T = TensorProto
 ELEM_BITS = {
     _T.FLOAT: 32, _T.UINT8: 8, _T.INT8: 8, _T.UINT16: 16, _T.INT16: 16,
     _T.INT32: 32, _T.INT64: 64, _T.BOOL: 8, _T.FLOAT16: 16, _T.DOUBLE: 64,
@@ -67,6 +68,40 @@ def tensor_nbytes(t: TensorProto) -> int | None:
     for d in t.dims:
         n *= d
     return (n * bits + 7) // 8
+
+
+_T = TensorProto
+# The typed field holding each type's values when there is no raw_data, and
+# how many entries one element takes (what ONNX Runtime reads).
+_TYPED_FIELD = {_T.FLOAT: ("float_data", 1), _T.COMPLEX64: ("float_data", 2), _T.DOUBLE: ("double_data", 1),
+                _T.COMPLEX128: ("double_data", 2), _T.INT64: ("int64_data", 1), _T.UINT32: ("uint64_data", 1),
+                _T.UINT64: ("uint64_data", 1), _T.STRING: ("string_data", 1),
+                **{k: ("int32_data", 1) for k in (_T.INT32, _T.INT16, _T.INT8, _T.UINT16, _T.UINT8, _T.BOOL,
+                                                  _T.FLOAT16, _T.BFLOAT16)}}
+
+
+def embedded_size_error(t: TensorProto) -> str | None:
+    """Why an embedded tensor holds more data than its dims say, else None.
+    ONNX Runtime refuses such a tensor, a reader could take either count, and
+    onnx.checker lets it through (it refuses data that is too short itself)."""
+    n = 1
+    for d in t.dims:
+        if d < 0:
+            return None  # the checker words it
+        n *= d
+    if t.HasField("raw_data"):
+        want = tensor_nbytes(t)
+        got = len(t.raw_data)
+        if want is not None and ELEM_BITS[t.data_type] % 8 == 0 and got > want:
+            return f"raw_data holds {got} bytes, its dims and type need {want}"
+        return None
+    field, per = _TYPED_FIELD.get(t.data_type, (None, 1))
+    if field is None:
+        return None
+    got = len(getattr(t, field))
+    if got > n * per:
+        return f"{field} holds {got} values, its dims need {n * per}"
+    return None
 
 
 def embedded_bytes(model: onnx.ModelProto) -> int:

@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import InputError, UnsafeModelError
-from .tensors import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, ONNX_DOMAINS, tensor_nbytes
+from .tensors import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
 from .walk import attr_tensors, subgraphs, walk_graphs
 
 
@@ -288,6 +288,9 @@ class Validator:
             if len(t.external_data):
                 self.fail(f"tensor {quote(t.name)} has external_data entries but is not "
                           "marked as external (data_location)", UnsafeModelError)
+            err = embedded_size_error(t)
+            if err:
+                self.fail(f"tensor {quote(t.name)}: {err}")
             return
         info: dict = {}
         for e in t.external_data:

@@ -171,30 +171,50 @@ def load_reference_outputs(path, model: onnx.ModelProto, *, allow_pickle: bool =
 
 def _write_atomic(path, what: str, write) -> None:
     """``write(binary file)`` to a temp file in the target folder, renamed over
-    ``path`` last: a failure leaves what was there. OS refusals are one line."""
+    ``path`` last: a failure or a signal leaves what was there and no temp
+    file. OS refusals are one line. ``path`` is already resolved and checked
+    (parity_check checks every save path before anything runs)."""
     import os
-    import tempfile
 
-    p = Path(path)
-    if not p.parent.is_dir():
-        raise InputError(f"{what} {path}: folder {p.parent} does not exist")
+    from ..interrupts import critical, fault, unwinding
+    from ..onnxio import check_output_path
+    from ..onnxio.fileops import cleanup, new_mode, tmp_in
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix=p.name[:100] + ".", suffix=".tmp", dir=p.parent)
-    except OSError as e:  # read-only folder, ...
-        raise InputError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
+        _, out, _ = check_output_path(path, replaceable=is_array_file)
+    except InputError as e:
+        raise InputError(f"{what} {e.message}") from None
+    p = Path(out)
+    pending: list = []
+    with unwinding():
+        try:
+            try:
+                fd, tmp = tmp_in(str(p.parent), p.name, pending, str(p), new_mode(str(p)))
+            except OSError as e:  # read-only folder, ...
+                raise InputError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+            fault("save:written")
+            with critical():
+                os.replace(tmp, p)
+                pending.clear()
+        except OSError as e:  # name too long, disk full, ...
+            cleanup(pending, [])
+            raise InputError(f"{what} {path}: cannot write it ({e.strerror or e})") from None
+        except BaseException:
+            cleanup(pending, [])
+            raise
+
+
+def is_array_file(path) -> bool:
+    """Whether an existing file is one a save may replace: an .npz (a zip
+    archive) or JSON, as --save-inputs / --save-outputs write them."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a saved file should look like any other
-        os.replace(tmp, p)
-    except OSError as e:  # name too long, disk full, ...
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"{what} {path}: cannot write it ({e.strerror or e})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return head[:4] in (b"PK\x03\x04", b"PK\x05\x06") or head.lstrip()[:1] in (b"[", b"{")
 
 
 def _write_json(doc, path, what: str) -> None:

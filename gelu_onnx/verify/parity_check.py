@@ -148,20 +148,24 @@ def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default
 def _check_save_paths(saves: Mapping[str, Any], models, files) -> None:
     """Before anything runs: a save path is never a file this check reads (the
     models, their data files, the inputs / golden files), nor a device or
-    FIFO, nor the other save path."""
+    FIFO, nor the other save path, nor an existing file of another kind than
+    the .npz / JSON a save writes."""
     from ..onnxio import check_output_path
+    from ..onnxio.save import refuse_unreplaceable
 
     read = [m.path for m in models if m.path] + [f for m in models for f in m.external_files] + list(files)
     taken: dict[str, str] = {}
     for flag, path in saves.items():
         if path is None:
             continue
-        where, out, _ = check_output_path(path)
-        if os.path.lexists(out) and not os.path.isfile(out):
-            raise InputError(f"{flag} {where}: not a regular file; refusing to replace it")
-        for f in read:
-            if os.path.exists(out) and os.path.exists(f) and os.path.samefile(out, f):
-                raise InputError(f"{flag} {where}: is a file this check reads ({f}); refusing to overwrite it")
+        try:
+            where, out, _ = check_output_path(path, check_existing=False)
+            for f in read:
+                if os.path.exists(out) and os.path.exists(f) and os.path.samefile(out, f):
+                    raise InputError(f"{where}: is a file this check reads ({f}); refusing to overwrite it")
+            refuse_unreplaceable(where, out, feedfiles.is_array_file)
+        except InputError as e:
+            raise InputError(f"{flag} {e.message}") from None
         real = os.path.realpath(out)
         if real in taken:
             raise InputError(f"{flag} {where}: same file as {taken[real]}")
@@ -206,8 +210,6 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                                                                if isinstance(x, (str, os.PathLike))])
     feeds_its, source, seed = _feeds(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
-    if save_inputs is not None:
-        feedfiles.save_inputs(feeds_its, save_inputs)
     problems, notes, warnings = [], [], []
     gone = pairing.custom_ops_gone(lf.model)
     if gone:
@@ -290,6 +292,10 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         runs.append(ProviderRun(p, ok, rows, fusions, first))
         saved.append((f"gelu-onnx-fused-{p}", outs, times))
 
+    # written last, once everything ran: a check that fails on bad input
+    # leaves an existing file of that name as it was
+    if save_inputs is not None:
+        feedfiles.save_inputs(feeds_its, save_inputs)
     if save_outputs is not None:
         ref_name = golden_runner or f"gelu-onnx-original-{reference_provider}"
         docs = [(ref_name, ref_its, ref_times)] + saved

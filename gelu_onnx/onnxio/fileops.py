@@ -1,0 +1,179 @@
+"""File operations the writers share: temp files recorded for cleanup in one
+uninterruptible step, permission bits, backups (hard links) of what a write
+replaces, and the one copy routine of the package (reflink, else
+copy_file_range, else chunks; never a whole payload in Python memory)."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import tempfile
+
+from ..errors import InputError, UnsafeModelError
+from ..interrupts import critical, fault
+
+
+def umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
+def new_mode(final: str, like: int | None = None) -> int:
+    """Permission bits of a file written at ``final``: those of the file it
+    replaces, else those of ``like`` (a data file's source) under the umask,
+    else a normal create's (0666 & ~umask)."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(final)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode) & 0o777
+    return (0o666 if like is None else like & 0o777) & ~umask()
+
+
+def tmp_in(folder: str, final_name: str, pending: list | None = None, final: str | None = None,
+           mode: int | None = None) -> tuple[int, str]:
+    """A temp file in ``folder`` for ``final_name`` (hidden; the name cut so
+    that it stays under NAME_MAX), recorded in ``pending`` as (temp, final)
+    in the same uninterruptible step, so a signal never leaves it behind."""
+    with critical():
+        fd, tmp = tempfile.mkstemp(prefix=f".{final_name[:100]}.", suffix=".tmp", dir=folder)
+        if pending is not None:
+            pending.append((tmp, final))
+    # mkstemp makes 0600; match a normal create (or the file replaced)
+    os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
+    return fd, tmp
+
+
+_FICLONE = 0x40049409  # linux/fs.h: ioctl(dst_fd, FICLONE, src_fd)
+
+
+def reflink(src: str, dst_fd: int) -> bool:
+    try:
+        import fcntl
+
+        with open(src, "rb") as f:
+            fcntl.ioctl(dst_fd, _FICLONE, f.fileno())
+        return True
+    except (OSError, ImportError):
+        return False
+
+
+# copy_file_range refusals that mean "not here" (old kernels, some filesystems)
+_NO_COPY_RANGE = {getattr(errno, n) for n in ("EXDEV", "ENOSYS", "EOPNOTSUPP", "EINVAL", "EPERM") if hasattr(errno, n)}
+
+
+def write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def copy_range(src_fd: int, dst_fd: int, offset: int, length: int, shown: str) -> None:
+    """Copy bytes [offset, offset+length) of src_fd to dst_fd's position, in the
+    kernel where it can (copy_file_range), else in 16 MiB chunks; never the
+    whole payload in Python memory. The one copy routine of the package (data
+    files next to an output, the splice path's weights)."""
+    end = offset + length
+    first = True
+    try:
+        while offset < end:
+            n = os.copy_file_range(src_fd, dst_fd, min(end - offset, 1 << 30), offset)
+            if n == 0:
+                raise InputError(f"{shown}: the file shrank while it was being copied")
+            offset += n
+            if first:
+                first = False
+                fault("write:copy")
+    except (AttributeError, OSError) as e:
+        if isinstance(e, OSError) and e.errno not in _NO_COPY_RANGE:
+            raise
+        while offset < end:
+            chunk = os.pread(src_fd, min(end - offset, 1 << 24), offset)
+            if not chunk:
+                raise InputError(f"{shown}: the file shrank while it was being copied") from None
+            write_all(dst_fd, chunk)
+            offset += len(chunk)
+            if first:
+                first = False
+                fault("write:copy")
+
+
+def copy_into(src_real: str, dst_fd: int, size: int):
+    """Copy the first ``size`` bytes (what was validated) of a data file to
+    dst_fd from its start, without reading them into Python memory."""
+    fd = os.open(src_real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeModelError(f"{src_real}: external data is not a regular file")
+        os.ftruncate(dst_fd, 0)  # a failed reflink may have left a partial clone
+        os.lseek(dst_fd, 0, os.SEEK_SET)
+        copy_range(fd, dst_fd, 0, size, src_real)
+    finally:
+        os.close(fd)
+
+
+def source_mode(path: str) -> int | None:
+    with contextlib.suppress(OSError):
+        return os.stat(path).st_mode
+    return None
+
+
+def same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def makedirs(path: str, root: str, made: list[str]):
+    parts = []
+    while not os.path.isdir(path) and os.path.normpath(path) != os.path.normpath(root):
+        parts.append(path)
+        path = os.path.dirname(path)
+    for p in reversed(parts):
+        with critical():  # made and recorded for cleanup in one step
+            os.mkdir(p)
+            made.append(p)
+
+
+def backup(path: str) -> str:
+    """A hidden hard link to ``path`` in its folder (free, same filesystem)."""
+    folder, name = os.path.split(path)
+    for k in range(1000):
+        bak = os.path.join(folder, f".{name[:100]}.gelu-onnx-prev{k or ''}")
+        try:
+            os.link(path, bak)
+            return bak
+        except FileExistsError:
+            continue
+    raise InputError(f"{path}: no free name to keep the previous file while writing")
+
+
+def same_bytes(a: str, b: str) -> bool:
+    import filecmp
+
+    try:
+        return filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
+
+
+def cleanup(pending: list[tuple[str, str]], made_dirs: list[str]):
+    with critical():
+        for tmp, _ in pending:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for d in reversed(made_dirs):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        pending.clear()
+        made_dirs.clear()
