@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
 from collections import Counter
 
 from .version import __version__
-from . import cli_check
+from . import cli_check, interrupts
 from .files import require_file
 from .cliutil import add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int, table
 from .errors import GeluOnnxError
@@ -124,11 +125,18 @@ def cmd_bench(args) -> int:
 # --- parser ------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line too (the usage itself: --help)."""
+
+    def error(self, message):
+        self.exit(2, f"gelu-onnx: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .verify.bench import BENCH_DIM_DEFAULT
     from .verify import OPT_LEVELS
 
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="gelu-onnx",
         description="Fuse every GELU spelling in an ONNX graph into one op, and prove the result matches.",
         epilog="exit codes: 0 ok, 1 parity failed, 2 bad input, 3 unsupported, 4 internal error",
@@ -194,44 +202,74 @@ def cmd_info(args) -> int:
     return 0
 
 
-class _Signalled(KeyboardInterrupt):
-    """SIGTERM / SIGHUP (timeout, CI cancellation, docker stop, a closed
-    terminal) unwind like Ctrl-C, so every temp file is removed on the way."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_signalled(signum, _frame):
-    raise _Signalled(signum)
-
-
-@contextlib.contextmanager
-def _signals_unwind():
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, _raise_signalled) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def main(argv=None) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)  # usage errors: argparse prints usage + one error line, exit 2
+    args = ap.parse_args(argv)  # usage errors: one line, exit 2
     debug = os.environ.get("GELU_ONNX_DEBUG") == "1"
     for stream in (sys.stdout, sys.stderr):  # paths need not be UTF-8: print them escaped, never crash
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")
-    with _signals_unwind():
-        return _run(args, debug)
+    if sys.stdout is not None:
+        sys.stdout = _Stdout(sys.stdout)
+    # SIGTERM / SIGHUP (timeout, CI cancellation, docker stop, a closed
+    # terminal) unwind like Ctrl-C, so every temp file is removed on the way
+    try:
+        with interrupts.unwinding():
+            code = _run(args, debug)
+        return _flushed(code)
+    finally:
+        if isinstance(sys.stdout, _Stdout):
+            sys.stdout = sys.stdout._stream
+
+
+def _flushed(code: int) -> int:
+    """The report reached stdout, or one line says it did not (a full disk);
+    a closed pipe is the reader going away (``| head``), not an error."""
+    try:
+        sys.stdout.flush()
+    except _StdoutFailed as e:
+        return _stdout_failed(e, code)
+    return code
+
+
+class _StdoutFailed(Exception):
+    pass
+
+
+class _Stdout:
+    """sys.stdout, with its OS errors told apart from every other OSError."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, s):
+        try:
+            return self._stream.write(s)
+        except OSError as e:
+            raise _StdoutFailed(e) from e
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise _StdoutFailed(e) from e
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _stdout_failed(e: _StdoutFailed, code: int) -> int:
+    err = e.args[0]
+    # what is still buffered cannot be written: drop it, so the interpreter's
+    # exit flush does not fail a second time (with a traceback)
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    if isinstance(err, BrokenPipeError):
+        return code
+    print(f"gelu-onnx: error: cannot write the report to standard output ({err.strerror or err})", file=sys.stderr)
+    return 2
 
 
 def _run(args, debug: bool) -> int:
@@ -247,8 +285,8 @@ def _run(args, debug: bool) -> int:
         print(f"gelu-onnx: {'interrupted' if signum is None else f'terminated by signal {signum}'}; "
               "nothing half-written was left", file=sys.stderr)
         return 130 if signum is None else 128 + signum
-    except BrokenPipeError:
-        return 0
+    except _StdoutFailed as e:
+        return _stdout_failed(e, 0)
     except Exception as e:
         if debug:
             raise

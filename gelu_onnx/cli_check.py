@@ -60,7 +60,7 @@ def cmd_check(args) -> int:
         print(f"gelu-onnx: warning: {w}", file=sys.stderr)
     if args.json:
         emit_json(rep.to_dict())
-        return 0 if rep.ok else 1
+        return _verdict(rep, None)
     ref = f"golden outputs {args.reference_outputs}" if original is None or args.reference_outputs else original
     where = ", ".join(rep.providers)
     if rep.reference_provider and rep.reference_provider != rep.providers[0]:
@@ -94,7 +94,19 @@ def cmd_check(args) -> int:
     if rep.fusions:
         tail += f"; {sum(f['pass'] for f in rep.fusions)} of {len(rep.fusions)} GELUs"
     print(f"{'PASS' if rep.ok else 'FAIL'}: {tail}")
-    return 0 if rep.ok else 1
+    return _verdict(rep, tail)
+
+
+def _verdict(rep, tail: str | None) -> int:
+    """Exit 0, or 1 with one stderr line (every failing exit has one)."""
+    if rep.ok:
+        return 0
+    if tail is None:
+        tail = f"{sum(r.passed for r in rep.outputs)} of {len(rep.outputs)} outputs within tolerance"
+    if rep.problems:
+        tail += f"; {rep.problems[0]}"
+    print(f"gelu-onnx: error: parity check failed: {tail}", file=sys.stderr)
+    return 1
 
 
 def _print_rows(rows, what: str) -> None:

@@ -151,6 +151,8 @@ def make_inputs(
     total = 0
     for s in specs:
         shape = _resolve_shape(s, overrides, dim_default)
+        if any(d < 0 for d in shape):
+            raise InputError(f"input '{s.name}' declares shape {list(shape)}, with a negative dimension")
         total += math.prod(shape)
         if total > MAX_RANDOM_ELEMENTS:  # before any allocation: the model's dims are not trusted
             raise InputError(
