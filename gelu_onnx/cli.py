@@ -206,6 +206,8 @@ def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)  # usage errors: one line, exit 2
     debug = os.environ.get("GELU_ONNX_DEBUG") == "1"
+    if getattr(args, "verbose", False):  # ONNX Runtime's warnings too (verify.runners reads the level)
+        os.environ.setdefault("GELU_ONNX_ORT_LOG", "2")
     for stream in (sys.stdout, sys.stderr):  # paths need not be UTF-8: print them escaped, never crash
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")

@@ -104,6 +104,8 @@ def add_input_args(p, dim_default: int) -> None:
     p.add_argument("--no-library", action="store_true",
                    help="do not register the gelu-onnx custom-op library (the fused model then runs its model-local functions)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also show ONNX Runtime's own warnings (hidden by default: they describe the model)")
 
 
 def one_line(s: str) -> str:

@@ -154,6 +154,8 @@ def test_onnxruntime_warnings_stay_off_stderr(tmp_path):
     assert r.returncode == 0 and r.stderr == b"", r.stderr
     r = gelu("check", src, str(tmp_path / "f.onnx"), env={"GELU_ONNX_ORT_LOG": "1"})
     assert r.returncode == 0 and b"Removing initializer" in r.stderr  # asked for: shown
+    r = gelu("check", src, str(tmp_path / "f.onnx"), "-v")
+    assert r.returncode == 0 and b"Removing initializer" in r.stderr
 
 
 def test_check_warns_when_our_kernels_will_not_run(tmp_path):
