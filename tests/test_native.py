@@ -280,3 +280,23 @@ def test_unreadable_native_attribute_is_a_near_miss():
     m.graph.node[-1].attribute.append(h.make_attribute("approximate", "cubic"))
     res = gelu_onnx.fuse_with_report(m, "custom")
     assert not res.fusions and [n.code for n in res.near_misses] == ["native-attribute"]
+
+
+@pytest.mark.parametrize("target", ["custom", "standard", "ort"])
+def test_native_gelu_after_an_op_that_declares_no_type(target):
+    """Conv -> Gelu with no value_info (the TorchScript exporter with
+    export_modules_as_functions writes Whisper's conv stem so): the input's
+    type comes from shape inference. Found by the held-out corpus, where both
+    conv-stem GELUs were left as near-misses ("type not declared")."""
+    rng = np.random.default_rng(3)
+    w = nh.from_array(rng.standard_normal((4, 2, 3)).astype(np.float32), "W")
+    w2 = nh.from_array(rng.standard_normal((4, 4, 3)).astype(np.float32), "W2")
+    g = h.make_graph([h.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1]), h.make_node("Gelu", ["c"], ["g"]),
+                      h.make_node("Conv", ["g", "W2"], ["y"], pads=[1, 1])], "conv",
+                     [h.make_tensor_value_info("x", T.FLOAT, ["b", 2, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["b", 4, 8])], [w, w2])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 20)], ir_version=10)
+    res = check(m, target)
+    assert not res.near_misses
+    assert len(res.fusions) + len(res.already) == 1
+    assert [o for o in ops(res.model) if o in GELU_OPS][0] in TARGET_OPS[target]

@@ -22,22 +22,28 @@ _INFER_PAYLOAD_LIMIT = 4096
 
 
 class InferredShapes:
-    """Shapes onnx.shape_inference finds for the whole model (subgraphs
-    included), computed once, on the first shape the graph does not declare
+    """Shapes and element types onnx.shape_inference finds for the whole
+    model (subgraphs included), computed once, on the first shape the graph does not declare
     (GraphIndex.shape asks it). Weight payloads are left out of the copy it runs
     on; when inference fails, nothing is known (the bias stays an Add)."""
 
     def __init__(self, model: ModelProto):
         self._model = model
         self._shapes: dict[str, list] | None = None
+        self._types: dict[str, int] = {}
 
     def shape(self, name: str) -> list | None:
         if self._shapes is None:
-            self._shapes = _infer(self._model)
+            self._shapes = _infer(self._model, self._types)
         return self._shapes.get(name)
 
+    def elem_type(self, name: str) -> int | None:
+        if self._shapes is None:
+            self._shapes = _infer(self._model, self._types)
+        return self._types.get(name)
 
-def _infer(model: ModelProto) -> dict[str, list]:
+
+def _infer(model: ModelProto, types: dict[str, int]) -> dict[str, list]:
     light = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
     g, src = light.graph, model.graph
     g.name = src.name
@@ -61,6 +67,8 @@ def _infer(model: ModelProto) -> dict[str, list]:
     def visit(graph):
         for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
             tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.elem_type:
+                types.setdefault(vi.name, tt.elem_type)
             if vi.type.HasField("tensor_type") and tt.HasField("shape"):
                 out.setdefault(vi.name, [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim])
         for n in graph.node:

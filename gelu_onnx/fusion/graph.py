@@ -224,8 +224,12 @@ class GraphIndex:
 
     def type_of(self, name: str, depth: int = 6) -> int | None:
         """Element type of ``name``: declared, or followed through a few
-        type-preserving producers (see _type_of)."""
-        return self._type_of(name, depth)
+        type-preserving producers (see _type_of), else inferred (a TorchScript
+        export with functions declares no type for a Conv's output)."""
+        t = self._type_of(name, depth)
+        if t is None and self.inferred is not None:
+            t = self.inferred.elem_type(name)
+        return t
 
     def _type_of(self, name: str, depth: int) -> int | None:
         """Element type from value_info, else through a few type-preserving
