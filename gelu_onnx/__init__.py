@@ -1,7 +1,6 @@
 """gelu-onnx: fuse every GELU spelling in an ONNX graph into one op."""
 from __future__ import annotations
 
-from .contract import DOMAIN, OP_TYPES  # noqa: F401
 from .version import __version__  # noqa: F401
 
 __all__ = ["fuse", "fuse_with_report", "inspect", "save", "fuse_file", "inspect_file", "check", "Fusion", "FuseResult",
@@ -9,8 +8,13 @@ __all__ = ["fuse", "fuse_with_report", "inspect", "save", "fuse_file", "inspect_
 
 
 def __getattr__(name):
-    # Lazy: importing the package must stay cheap and must not need
-    # onnxruntime until a runtime feature is used.
+    # Lazy: importing the package must stay cheap (no numpy: the command
+    # installs its signal handlers first, gelu_onnx/__main__.py) and must not
+    # need onnxruntime until a runtime feature is used.
+    if name in ("DOMAIN", "OP_TYPES"):
+        from . import contract
+
+        return getattr(contract, name)
     if name in ("fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult"):
         from . import api
 

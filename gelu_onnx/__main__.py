@@ -1,6 +1,29 @@
-"""``python -m gelu_onnx`` is the ``gelu-onnx`` command."""
+"""``python -m gelu_onnx`` is the ``gelu-onnx`` command (and its console
+script). The signal handlers come before the heavy imports (numpy, onnx,
+onnxruntime: half a second), which run with signals deferred to their end: a
+Ctrl-C or SIGTERM then is one line and exit 128 + n, never a traceback nor
+an ImportError from an interrupted C extension."""
 import sys
 
-from .cli import main
+from .interrupts import preload, unwinding
 
-sys.exit(main())
+# what every command imports; --help / --version need the parser only
+_COMMAND_MODULES = ("gelu_onnx.cli", "gelu_onnx.files", "gelu_onnx.api", "gelu_onnx.verify", "onnxruntime")
+
+
+def main() -> int:
+    with unwinding():
+        try:
+            quick = any(a in ("-h", "--help", "--version") for a in sys.argv[1:])
+            preload(_COMMAND_MODULES[:1] if quick else _COMMAND_MODULES)
+            from .cli import main as cli_main
+
+            return cli_main()
+        except KeyboardInterrupt as e:  # outside a command's own handling (the imports, argparse)
+            signum = getattr(e, "signum", 2)
+            print(f"gelu-onnx: terminated by signal {signum}", file=sys.stderr)
+            return 128 + signum
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import sys
+import warnings
 from collections import Counter
 
 from .version import __version__
@@ -208,6 +209,8 @@ def main(argv=None) -> int:
     debug = os.environ.get("GELU_ONNX_DEBUG") == "1"
     if getattr(args, "verbose", False):  # ONNX Runtime's warnings too (verify.runners reads the level)
         os.environ.setdefault("GELU_ONNX_ORT_LOG", "2")
+    else:  # Python's warnings (numpy's overflow in a cast of huge random feeds, ...) are not errors
+        warnings.simplefilter("ignore")
     for stream in (sys.stdout, sys.stderr):  # paths need not be UTF-8: print them escaped, never crash
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")

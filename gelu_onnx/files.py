@@ -160,7 +160,11 @@ def save(model, path, *, base_dir: str | None = None) -> str:
     model over protobuf's 2 GB limit with its tensors in ``<name>.data``, and
     external data files (relative to ``base_dir``) copied next to it. Returns
     the path written."""
-    return write_model(model, path, base_dir=base_dir)
+    import onnx
+
+    if not isinstance(model, onnx.ModelProto):
+        raise InputError(f"expected an onnx.ModelProto to save, got {type(model).__name__}")
+    return write_model(model, path_arg(path), base_dir=base_dir)
 
 
 def check_input(loaded, src, skeleton=None) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 FAULT_ENV = "GELU_ONNX_TEST_FAULT"
@@ -60,14 +59,17 @@ class unwinding:
     """Signals raise Interrupted inside this block (re-entrant)."""
 
     def __enter__(self):
-        if _s.depth == 0 and threading.current_thread() is threading.main_thread():
+        if _s.depth == 0:
             old = {}
             for sig in SIGNALS:
                 prev = signal.getsignal(sig)
                 if prev is signal.SIG_IGN or prev is None:  # ignored on purpose, or set outside Python
                     continue
+                try:
+                    signal.signal(sig, _handler)
+                except ValueError:  # not the main thread: Python runs handlers there only
+                    break
                 old[sig] = prev
-                signal.signal(sig, _handler)
             _s.old = old
         _s.depth += 1
         return self
@@ -105,6 +107,21 @@ class critical:
             # so it is not lost (it is acted on outside this block)
             os.kill(os.getpid(), sig)
         return False
+
+
+def preload(names) -> None:
+    """Import these modules with signals deferred to the end: a signal that
+    interrupts a C extension's initialisation (numpy, onnx, onnxruntime)
+    surfaces as an ImportError ("initialization failed"), not as the signal.
+    A missing optional module is left to the code that needs it."""
+    import importlib
+
+    with critical():
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
 
 
 def fault(point: str) -> None:

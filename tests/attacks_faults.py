@@ -206,6 +206,21 @@ for _d in (0.4, 0.8, 1.2):
     register(f"signal/sigterm_after_{int(_d * 1000)}ms", _timed(_d))
 
 
+def _early(sig: str, delay: float):
+    """While the command is still importing numpy and onnx: one line, no
+    KeyboardInterrupt traceback (the handlers come first, gelu_onnx/__main__.py)."""
+    def build(root):
+        src = ext(root / "m")
+        (root / "out").mkdir()
+        return Attack(["fuse", src, "-o", root / "out" / "f.onnx"], None, signal_after=delay, signal_name=sig,
+                      may_change=(root / "out" / "f.onnx", root / "out" / "w.bin"))
+    return build
+
+
+for _sig in ("SIGINT", "SIGTERM"):
+    register(f"signal/{_sig.lower()}_during_the_imports", _early(_sig, 0.3))
+
+
 @case("signal")
 def _model_truncated_while_it_is_read(root):
     src = ext(root / "m")

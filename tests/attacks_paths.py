@@ -140,6 +140,16 @@ def _out_symlink_to_a_previous_output(root):
 
 
 @case("alias")
+def _out_symlink_to_a_model_in_another_folder(root):
+    """A link planted to aim the write elsewhere: never followed out of its folder."""
+    src = ext(root / "m")
+    (root / "o").mkdir()
+    elsewhere = plain(root / "elsewhere", "precious.onnx")
+    (root / "o" / "out.onnx").symlink_to(elsewhere)
+    return Attack(["fuse", src, "-o", root / "o" / "out.onnx"], False)
+
+
+@case("alias")
 def _out_symlink_to_dev_null(root):
     src = ext(root / "m")
     (root / "out.onnx").symlink_to("/dev/null")

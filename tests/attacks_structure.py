@@ -323,6 +323,57 @@ def _sqrt2_as_a_double_constant_in_a_float_graph(root):
     return _fuse_and_compare(root, model([c] + erf_chain("x", "s2"), consts()), False)
 
 
+def _ref(attr: str, kind, decoy=None) -> onnx.AttributeProto:
+    """An attribute that refers to the function's attribute ``c`` (and, for a
+    decoy, also holds a value of its own: a reference holds no data)."""
+    a = onnx.AttributeProto(name=attr, type=kind, ref_attr_name="c")
+    if decoy is not None:
+        a.MergeFrom(h.make_attribute(attr, decoy))
+        a.ref_attr_name = "c"
+    return a
+
+
+def _calling(body, caller_value, attrs=("c",), opset=17):
+    ops = [h.make_opsetid("", opset), h.make_opsetid("loc", 1)]
+    f = h.make_function("loc", "F", ["x"], ["y"], body, ops, attributes=list(attrs))
+    call = h.make_node("F", ["x"], ["y"], domain="loc")
+    if caller_value is not None:
+        call.attribute.append(h.make_attribute("c", caller_value))
+    return model([call], functions=[f], domains=["loc"], opset=opset)
+
+
+def _function_sqrt2(decoy):
+    c = h.make_node("Constant", [], ["s2"])
+    c.attribute.append(_ref("value_float", onnx.AttributeProto.FLOAT, decoy))
+    consts = [h.make_node("Constant", [], [n], value_float=v) for n, v in (("one", 1.0), ("half", 0.5))]
+    return [c] + consts + erf_chain("x", "s2")
+
+
+@case("const")
+def _function_constant_from_the_callers_attribute_with_a_decoy(root):
+    """The runtime takes the caller's 3.0; the literal sqrt(2) beside the reference is a decoy."""
+    return _fuse_and_compare(root, _calling(_function_sqrt2(SQRT2), 3.0), False)
+
+
+@case("const")
+def _function_constant_from_the_callers_attribute(root):
+    return _fuse_and_compare(root, _calling(_function_sqrt2(None), SQRT2), True)
+
+
+@case("const")
+def _function_gelu_mode_from_the_callers_attribute_with_a_decoy(root):
+    g = h.make_node("Gelu", ["x"], ["y"])
+    g.attribute.append(_ref("approximate", onnx.AttributeProto.STRING, "tanh"))
+    return _fuse_and_compare(root, _calling([g], None, opset=20), False)
+
+
+@case("const")
+def _attribute_reference_outside_any_function(root):
+    c = h.make_node("Constant", [], ["s2"])
+    c.attribute.append(_ref("value_float", onnx.AttributeProto.FLOAT, SQRT2))
+    return _fuse_and_compare(root, model([c] + erf_chain("x", "s2"), consts()), False)
+
+
 # --- names: non-UTF-8 and over-long paths, strict output encodings ----------------------------
 
 STRICT = {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"}

@@ -97,8 +97,9 @@ def check_output_path(out_path, input_path=None, overwrite_input: bool = False, 
     """The checks every writer makes on its output path, before anything is
     written: a real path (no NUL, no trailing slash), in an existing folder,
     not a directory, device, FIFO or socket, and not the input model unless
-    ``overwrite_input``. A symlink is written through (its target is
-    replaced, the link stays); a dangling one is refused. An existing file is
+    ``overwrite_input``. A symlink to a file in its own folder is written
+    through (the target is replaced, the link stays); one that dangles or
+    points into another folder is refused. An existing file is
     replaced only when ``replaceable(path)`` says it is one of the files this
     writer makes (default: an ONNX model, i.e. a previous output) or it is
     empty: never a user's weights or notes. Returns (path as shown in
@@ -116,11 +117,16 @@ def check_output_path(out_path, input_path=None, overwrite_input: bool = False, 
         raise InputError(f"{where}: ends with a path separator; give an output file name")
     out = os.path.abspath(shown)
     if os.path.islink(out):
+        # written through only to a file beside the link: a link planted to
+        # aim the write elsewhere (or at nothing) is refused, never followed
         target = os.path.realpath(out)
         if not os.path.lexists(target):
             raise InputError(f"{where}: is a symlink to {one_line(target)}, which does not exist; "
                              "give the real output path")
+        elsewhere = os.path.dirname(target) != os.path.realpath(os.path.dirname(out))
         out = target
+    else:
+        elsewhere = False
     out_dir = os.path.dirname(out)
     try:
         if not os.path.isdir(out_dir):
@@ -136,6 +142,9 @@ def check_output_path(out_path, input_path=None, overwrite_input: bool = False, 
     if input_path is not None and same_file(out, input_path) and not overwrite_input:
         raise InputError(f"{where}: refusing to overwrite the input model; choose another "
                          "output path (or request in-place explicitly)")
+    if elsewhere:
+        raise InputError(f"{where}: is a symlink to {one_line(out)}, outside its folder; refusing "
+                         "to write there: give the real output path")
     if check_existing and not (input_path is not None and same_file(out, input_path)):
         refuse_unreplaceable(where, out, replaceable)
     return where, out, out_dir
@@ -222,8 +231,12 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
     try:
         fault("write:start")
         if refs and real_dir != v.base_dir:
+            done: set = set()
             for loc, src in sorted(refs.items()):
-                dst = os.path.join(out_dir, loc)
+                dst = os.path.normpath(os.path.join(out_dir, loc))
+                if dst in done:  # one file, spelled twice ("w.bin", "./w.bin")
+                    continue
+                done.add(dst)
                 dst_dir = os.path.dirname(dst)
                 if not os.path.isdir(dst_dir):
                     makedirs(dst_dir, out_dir, made_dirs)

@@ -17,6 +17,8 @@ from .walk import attr_tensors, subgraphs, walk_graphs
 
 
 KNOWN_TYPES = frozenset(TensorProto.DataType.values())
+# What an attribute that refers to a function attribute may hold.
+_REFERENCE_FIELDS = frozenset({"name", "ref_attr_name", "type", "doc_string"})
 
 
 def max_opsets() -> dict[str, int]:
@@ -127,7 +129,7 @@ class Validator:
         opsets = dict(self.opsets)
         opsets.update(self._opsets(f.opset_import, f"function {quote(f.name)}"))
         for i, n in enumerate(f.node):
-            self.node_op(n, i, opsets, f"function {quote(f.name)}")
+            self.node_op(n, i, opsets, f"function {quote(f.name)}", in_function=True)
             for t in attr_tensors(n.attribute):
                 self.tensor(t)
             for attr, sg in subgraphs(n):
@@ -137,16 +139,19 @@ class Validator:
                     for t in sub.initializer:
                         self.tensor(t)
                     for j, sn in enumerate(sub.node):
-                        self.node_op(sn, j, opsets, f"function {quote(f.name)}")
+                        self.node_op(sn, j, opsets, f"function {quote(f.name)}", in_function=True)
                         for t in attr_tensors(sn.attribute):
                             self.tensor(t)
         for t in attr_tensors(f.attribute_proto):
             self.tensor(t)
 
     # -- ops --------------------------------------------------------------
-    def node_op(self, n, i: int, opsets: dict[str, int], where: str):
+    def node_op(self, n, i: int, opsets: dict[str, int], where: str, in_function: bool = False):
         self.text(n.op_type, n.domain, n.name, *n.input, *n.output, what="node name")
         self.text(*(a.name for a in n.attribute), what="attribute name")
+        for a in n.attribute:
+            if a.ref_attr_name:
+                self._reference(n, i, a, where, in_function)
         d = norm_domain(n.domain)
         if d not in opsets:
             self.fail(f"node {_node_label(n, i)} in {where} uses domain {quote(n.domain)}, "
@@ -168,6 +173,18 @@ class Validator:
             self._schema_ok[key] = err
         if self._schema_ok[key]:
             self.fail(f"node {_node_label(n, i)} in {where}: {self._schema_ok[key]}")
+
+    def _reference(self, n, i: int, a, where: str, in_function: bool):
+        """An attribute naming a function attribute (ref_attr_name) holds no
+        data of its own, and exists only in functions (the IR spec): with
+        both, one reader takes the reference and another the value (ONNX
+        Runtime does one thing, a literal reading the other)."""
+        if not in_function:
+            self.fail(f"node {_node_label(n, i)} in {where}: attribute {quote(a.name)} refers to a function "
+                      f"attribute ({quote(a.ref_attr_name)}) outside any function")
+        if any(f.name not in _REFERENCE_FIELDS for f, _ in a.ListFields()):
+            self.fail(f"node {_node_label(n, i)} in {where}: attribute {quote(a.name)} refers to function "
+                      f"attribute {quote(a.ref_attr_name)} and also holds a value of its own")
 
     # -- graphs -----------------------------------------------------------
     def graph(self, g, gpath: str, outer: _Scope | None) -> set:

@@ -137,6 +137,8 @@ def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default
         its, source = [dict(inputs)], "given"
     elif isinstance(inputs, (list, tuple)):
         its, source = [dict(f) for f in inputs], "given"
+        if not its:
+            raise InputError("inputs: an empty list of iterations")
     else:
         its = feedfiles.load_inputs(inputs, model, allow_pickle=allow_pickle)
         source = f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
@@ -217,7 +219,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     need_f = {s.name for s in input_specs(lf.model)}
     missing = sorted(need_f - set(feeds_its[0]))
     if missing:
-        had = "the original does not have" if lo is not None else "the inputs file does not hold"
+        had = ("the inputs do not hold" if inputs is not None else "the original does not have" if lo is not None
+               else "the inputs file does not hold")
         raise InputError(f"the fused model needs input(s) {had}: {', '.join(missing)}")
     if lo is not None:
         dropped = {s.name for s in input_specs(lo.model)} - need_f
