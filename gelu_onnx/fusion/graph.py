@@ -59,14 +59,14 @@ class GraphIndex:
     """
 
     def __init__(self, graph: GraphProto, parent: "GraphIndex | None" = None, path: str = "",
-                 base_dir: str | None = None):
+                 base_dir: str | None = None, table=None):
+        """``table``: the graph's onnxio NodeTable from validation, if any
+        (reading the nodes' fields again is most of what indexing costs)."""
         self.graph = graph
         self.parent = parent
         self.path = path
         # Folder external data resolves against (to read small external constants).
         self.base_dir = parent.base_dir if parent is not None else base_dir
-        self.producer: dict[str, int] = {}
-        self.consumers: dict[str, list[int]] = {}
         self.graph_inputs = {i.name for i in graph.input}
         self.graph_outputs = {o.name for o in graph.output}
         self.initializers: dict[str, TensorProto] = {t.name: t for t in graph.initializer}
@@ -83,10 +83,50 @@ class GraphIndex:
         for name, t in self.initializers.items():
             self.value_types.setdefault(name, t.data_type)
             self.value_shapes.setdefault(name, list(t.dims))
-        # One Python list of the nodes: indexing a protobuf repeated field
-        # builds a wrapper per access (the matcher makes millions).
-        # Likewise each node's non-empty inputs and op type, read once.
-        self.nodes: list[NodeProto] = list(graph.node)
+        # Python lists of the nodes and of each node's op type, non-empty
+        # inputs and outputs, read once: a protobuf field access builds a
+        # wrapper each time (the matcher makes millions).
+        if table is not None and table.graph is graph and len(table.nodes) == len(graph.node):
+            self.nodes: list[NodeProto] = table.nodes
+            self.ops: list[str] = table.ops
+            self.domains: list[str] = table.domains
+            self.labels: list[str] | None = table.labels
+            raw_ins, outs, nested = table.ins, table.outs, table.with_subgraphs
+            self.attributed: set[int] | None = set(table.attributed)
+        else:
+            self.nodes = list(graph.node)
+            self.ops = [n.op_type for n in self.nodes]
+            self.domains = [n.domain for n in self.nodes]
+            self.labels = None
+            self.attributed = None
+            raw_ins = [n.input[:] for n in self.nodes]
+            outs = [n.output[:] for n in self.nodes]
+            nested = [i for i, n in enumerate(self.nodes) if n.attribute and any(True for _ in subgraphs(n))]
+        # inputs as stored ("" = an omitted optional input) and without the omitted ones
+        self.raw_ins: list[list[str]] = raw_ins
+        self.ins: list[list[str]] = [i if "" not in i else [x for x in i if x] for i in raw_ins]
+        self.outs: list[list[str]] = outs
+        self.producer: dict[str, int] = {name: i for i, o in enumerate(outs) for name in o if name}
+        self.nested: list[int] = nested  # nodes that hold subgraphs
+        consumers: dict[str, list[int]] = {}
+        for i, ins in enumerate(self.ins):
+            for name in ins:
+                lst = consumers.get(name)
+                if lst is None:
+                    consumers[name] = [i]
+                elif lst[-1] != i:
+                    lst.append(i)
+        # A node with subgraphs reads every outer name its bodies use.
+        for i in nested:
+            refs: set[str] = set()
+            for _, g in subgraphs(self.nodes[i]):
+                refs |= outer_references(g)
+            for name in refs:
+                lst = consumers.setdefault(name, [])
+                if i not in lst:
+                    lst.append(i)
+                    lst.sort()
+        self.consumers = consumers
         # The matcher's per-graph caches (fusion/region.py, fusion/numeric.py),
         # filled lazily: scalar constants by name, 1/0 = node may / may not be
         # inside a GELU region (-1 unknown), numeric checks by region key.
@@ -96,36 +136,30 @@ class GraphIndex:
         self.inferred = None
         self.region_node_class: list[int] = [-1] * len(self.nodes)
         self.check_cache: dict[tuple, tuple | None] = {}
-        self.ins: list[tuple[str, ...]] = []
-        self.ops: list[str] = []
-        consumers = self.consumers
-        for i, node in enumerate(self.nodes):
-            ins = tuple([name for name in node.input if name])
-            self.ins.append(ins)
-            self.ops.append(node.op_type)
-            for name in ins:
-                lst = consumers.get(name)
-                if lst is None:
-                    consumers[name] = [i]
-                else:
-                    lst.append(i)
-            # A node with subgraphs reads every outer name its bodies use.
-            if node.attribute and any(True for _ in subgraphs(node)):
-                refs: set[str] = set()
-                for _, g in subgraphs(node):
-                    refs |= outer_references(g)
-                for name in refs:
-                    lst = self.consumers.setdefault(name, [])
-                    if not lst or lst[-1] != i:
-                        lst.append(i)
-            for name in node.output:
-                if name:
-                    self.producer[name] = i
+        self.const_keys: dict[str, tuple] = {}  # constant -> (elem type, dtype, stored bytes)
         self._const_cache: dict[str, ConstInfo | None] = {}
+        self._maybe_const: dict[str, bool | None] = {}
+        self._names: set[str] | None = None
 
     # -- names ---------------------------------------------------------------
     def node(self, i: int) -> NodeProto:
         return self.nodes[i]
+
+    def has_attributes(self, i: int) -> bool:
+        return i in self.attributed if self.attributed is not None else len(self.nodes[i].attribute) > 0
+
+    def label(self, i: int) -> str:
+        """Node i's name, or "<op>#<i>" when it has none."""
+        if self.labels is None:
+            self.labels = [n.name for n in self.nodes]
+        return self.labels[i] or f"{self.ops[i]}#{i}"
+
+    def node_names(self) -> set[str]:
+        if self._names is None:
+            if self.labels is None:
+                self.labels = [n.name for n in self.nodes]
+            self._names = set(self.labels)
+        return self._names
 
     def is_overridable(self, name: str) -> bool:
         """An initializer that is also a graph input can be fed at run time."""
@@ -162,6 +196,9 @@ class GraphIndex:
         cache = self._const_cache
         if name in cache:
             return cache[name]
+        if not self._may_be_constant(name):  # most tensors: decided without reading any value
+            cache[name] = None
+            return None
         # Resolve what ``name`` folds from first, deepest first, with an
         # explicit stack: a sqrt(2) behind 600 Identity nodes must not hit
         # Python's recursion limit (each level below then finds its inputs cached).
@@ -179,6 +216,53 @@ class GraphIndex:
             cache[n] = self._resolve_constant(n)
         return cache[name]
 
+    def _may_be_constant(self, name: str) -> bool:
+        """Whether ``name`` can be a constant by structure alone: an
+        initializer that is no graph input, a Constant node, or a foldable
+        node whose inputs all may be (their values are not read)."""
+        memo = self._maybe_const
+        if name in memo:
+            return memo[name]
+        stack = [name]
+        while stack:
+            n = stack[-1]
+            if n in memo and memo[n] is not None:
+                stack.pop()
+                continue
+            i = self.producer.get(n)
+            if i is None:
+                if n in self.initializers or n in self.graph_inputs or self.parent is None:
+                    memo[n] = n in self.initializers and n not in self.graph_inputs
+                else:
+                    memo[n] = self.parent._may_be_constant(n)
+                stack.pop()
+                continue
+            op = self.ops[i]
+            if self.domains[i] not in ("", "ai.onnx") or (op != "Constant" and op not in _FOLD_THROUGH):
+                memo[n] = False
+            elif op == "Constant":
+                memo[n] = True
+            else:
+                # inputs in order, stopping at the first that cannot be constant
+                # (CastLike(c, like) reads only like's type)
+                ins = self.ins[i][:1] if op == "CastLike" else self.ins[i]
+                verdict: bool | None = bool(ins)
+                for x in ins:
+                    v = memo.get(x, ...)
+                    if v is ...:
+                        memo[n] = None  # in progress (a cycle reads as "not constant")
+                        stack.append(x)
+                        verdict = None
+                        break
+                    if not v:
+                        verdict = False
+                        break
+                if verdict is None:
+                    continue
+                memo[n] = verdict
+            stack.pop()
+        return bool(memo[name])
+
     def _resolve_constant(self, name: str) -> ConstInfo | None:
         if name in self.graph_inputs:
             return None
@@ -188,20 +272,22 @@ class GraphIndex:
             return None if value is None else ConstInfo(value, t.data_type)
         if name in self.producer:
             i = self.producer[name]
-            node = self.nodes[i]
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-                return _constant_node_value(node, i)
-            if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
-                return self._cast_like(node, i)
-            if node.op_type in FOLDABLE and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+            op = self.ops[i]
+            if self.domains[i] not in ("", "ai.onnx"):
+                return None
+            if op == "Constant":
+                return _constant_node_value(self.nodes[i], i)
+            if op == "CastLike" and len(self.raw_ins[i]) == 2:
+                return self._cast_like(self.nodes[i], i)
+            if op in FOLDABLE and len(self.outs[i]) == 1:
                 ins = []
-                for n in node.input:  # stop at the first non-constant input (most tensors)
-                    c = self.constant(n) if n else None
-                    if n and (c is None or c.value.size > 16):
+                for n in self.ins[i]:  # stop at the first non-constant input (most tensors)
+                    c = self.constant(n)
+                    if c is None or c.value.size > 16:
                         return None
-                    if n:
-                        ins.append(c)
+                    ins.append(c)
                 if ins:
+                    node = self.nodes[i]
                     folded = _fold(node, [c.value for c in ins])
                     if folded is not None:
                         et = _elem_type_of(folded, ins[0].elem_type, node)

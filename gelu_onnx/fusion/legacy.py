@@ -32,9 +32,10 @@ def find_legacy(idx: GraphIndex):
     """(matches, near-misses) for every CustomGeluPluginDynamic node."""
     matches: list[tuple[Match, np.ndarray | None]] = []
     misses: list[NearMiss] = []
-    for i, node in enumerate(idx.graph.node):
-        if node.op_type != OP_TYPE:
+    for i, op in enumerate(idx.ops):
+        if op != OP_TYPE:
             continue
+        node = idx.nodes[i]
         name = node.name or f"{OP_TYPE}#{i}"
         m, bias, why = _legacy_match(idx, i, node)
         if why:

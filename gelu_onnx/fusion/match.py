@@ -29,12 +29,128 @@ from . import numeric
 from .bias import find_initializer
 from .findings import Code, Match, NearMiss
 from .graph import ANCHOR_OPS, GraphIndex, tensor_value
-from .numeric import PROBE, checked_region, classify, evaluate, intermediate_violation, region_precision, region_types
-from .region import MAX_REGION_NODES, cone, find_leaf, is_default_domain, is_scalar, leaf_candidates, region_node_ok, root_candidates
+from .numeric import (PROBE, checked_region, classify, evaluate, intermediate_violation, region_key, region_precision,
+                      region_types)
+from .region import (MAX_REGION_NODES, Cone, bad_source, cone, find_leaf, is_default_domain, is_scalar,
+                     leaf_candidates, region_node_ok, root_candidates, scalar_const)
 
 
 def match_anchor(idx: GraphIndex, anchor: int):
     """Match one anchor. Returns (Match, None) or (None, NearMiss)."""
+    m = _fast_match(idx, anchor)
+    if m is not None:
+        return m, None
+    return _match_or_explain(idx, anchor)
+
+
+def _fast_match(idx: GraphIndex, anchor: int) -> Match | None:
+    """The Match _match_or_explain returns for this anchor, found with less
+    work, or None (then _match_or_explain runs and says why). Exactly the
+    same roots are tried in the same order, less those that cannot pass
+    (root_candidates with ``leaves``), and the leaf search starts from what
+    the root's cone saw: when the cone cut at the leaf candidates has one
+    source s, cutting at s alone gives the same cone, and a candidate before
+    s that is computed from s cannot be reached from the root (every path to
+    it would pass s, above which it does not lie), so it cannot be the leaf.
+    Everything that decides whether a region is fused runs unchanged."""
+    candidates = leaf_candidates(idx, anchor)
+    cand_set = frozenset(candidates)
+    for root in root_candidates(idx, anchor, cand_set):
+        pre = cone(idx, root, cand_set, anchor, fail_fast=True)
+        if pre.truncated or anchor not in pre.nodes or not set(pre.sources) <= cand_set:
+            continue
+        leaf, sub = _leaf(idx, root, anchor, candidates, pre)
+        if leaf is None:
+            continue
+        nodes = sorted(sub.nodes)
+        if sum(idx.ops[i] in ANCHOR_OPS for i in nodes) != 1:
+            continue
+        key = region_key(idx, anchor, nodes, leaf, root, sub.consts)
+        chk = checked_region(idx, anchor, nodes, leaf, root, sub.consts, key)
+        if chk is None:
+            continue
+        form, alpha, err, tol, note, precision, leaf_type, root_type = chk
+        readers: list[int] = []
+        if err > tol or note or intermediate_violation(idx, nodes, root, sub.consts, readers):
+            continue
+        return Match(idx, anchor, root, leaf, nodes, set(sub.consts), form, alpha,
+                     leaf_type, root_type, precision, err, key=key, shared=bool(readers))
+    return None
+
+
+def _leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str], pre):
+    """find_leaf's answer, knowing ``pre``: the root's cone cut at every
+    candidate, which passed. Candidates are taken in find_leaf's order; a
+    candidate t passes iff the cone cut at t alone has t as its only source.
+    That cone walks where ``pre`` walked and on past pre's other sources.
+    - t computed from a source s != t whose walk meets a foreign source at
+      once (_stuck) fails: the walk passes s and never finds t above it;
+    - t a source of pre, each other source made by one node from t and
+      scalar constants: the cone is pre plus those nodes (_widened);
+    - any other t: find_leaf's own test."""
+    sources = pre.sources
+    below = None
+    for t in candidates:
+        if len(sources) == 1 and t == sources[0]:
+            return t, pre  # cutting at s alone: the same walk
+        if below is None:
+            stuck = [s for s in sources if _stuck(idx, s, anchor)]
+            below = _computed_from(idx, pre.nodes, candidates, stuck) if stuck else set()
+        if t in below:
+            continue
+        sub = _widened(idx, pre, t, anchor) if t in sources else None
+        if sub is None:
+            sub = cone(idx, root, frozenset([t]), anchor, fail_fast=True)
+        if sub.sources == [t] and anchor in sub.nodes and not sub.truncated:
+            return t, sub
+    return None, None
+
+
+def _stuck(idx: GraphIndex, s: str, anchor: int) -> bool:
+    """Whether a cone walking on past ``s`` (not a stop) meets a source at s
+    or at one of its producer's inputs: then it cannot end at the leaf."""
+    if bad_source(idx, s, anchor):
+        return True
+    return any(bad_source(idx, u, anchor) for u in idx.ins[idx.producer[s]])
+
+
+def _computed_from(idx: GraphIndex, nodes, candidates: list[str], sources: list[str]) -> set[str]:
+    """Tensors computed from one of ``sources`` by ``nodes`` and the
+    candidates' producers. Nodes in index order: topological in a valid graph
+    (in any other order fewer are found, and fewer candidates skipped)."""
+    below = set(sources)
+    made = {idx.producer[t] for t in candidates if t in idx.producer}
+    for i in sorted(made.union(nodes)):
+        if any(x in below for x in idx.ins[i]):
+            below.update(idx.outs[i])
+    return below - set(sources)
+
+
+def _widened(idx: GraphIndex, pre, t: str, anchor: int):
+    """The cone cut at ``t`` alone when each other source of ``pre`` is made
+    by one elementwise node (not another anchor) from t and scalar
+    constants, within the node limit; None otherwise (walk it)."""
+    nodes, consts = set(pre.nodes), set(pre.consts)
+    for s in pre.sources:
+        if s == t:
+            continue
+        p = idx.producer.get(s)
+        if p is None or not region_node_ok(idx, p) or (p != anchor and idx.ops[p] in ANCHOR_OPS):
+            return None
+        for u in idx.ins[p]:
+            if u == t:
+                continue
+            if scalar_const(idx, u) is None:
+                return None
+            consts.add(u)
+        nodes.add(p)
+    if len(nodes) > MAX_REGION_NODES:
+        return None
+    return Cone(nodes, [t], consts, list(pre.overridable), False)
+
+
+def _match_or_explain(idx: GraphIndex, anchor: int):
+    """The whole search: the match, or the near-miss with its reason."""
     anode = idx.node(anchor)
     aname = anode.name or f"{anode.op_type}#{anchor}"
     guess = {"Erf": "erf", "Tanh": "tanh", "Sigmoid": "sigmoid"}[anode.op_type]
@@ -174,8 +290,8 @@ def find_matches(idx: GraphIndex):
     matches: list[Match] = []
     misses: list[NearMiss] = []
     claimed: set[int] = set()
-    for i, node in enumerate(idx.graph.node):
-        if node.op_type not in ANCHOR_OPS or not is_default_domain(node) or i in claimed:
+    for i, op in enumerate(idx.ops):
+        if op not in ANCHOR_OPS or idx.domains[i] not in ("", "ai.onnx") or i in claimed:
             continue
         m, miss = match_anchor(idx, i)
         if m is None:

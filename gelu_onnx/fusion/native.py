@@ -75,11 +75,18 @@ def _sigmoid(alpha):
     return "sigmoid", False, float(alpha)
 
 
+# every op type describe() can recognise
+_SINGLE_OP_NAMES = frozenset({"Gelu", "BiasGelu", "FastGelu", "QuickGelu", *C.FORM_OF_OP_TYPE})
+
+
 def find_native(idx: GraphIndex):
     """(matches, near-misses) for every single-op GELU in one graph."""
     matches: list[Match] = []
     misses: list[NearMiss] = []
-    for i, node in enumerate(idx.nodes):
+    for i, op in enumerate(idx.ops):
+        if op not in _SINGLE_OP_NAMES:  # most nodes: no proto field read
+            continue
+        node = idx.nodes[i]
         d = describe(node)
         if d is None:
             continue
@@ -131,6 +138,8 @@ def drop_unused_functions(model) -> None:
     moved from the custom target to another) are removed."""
     from ..onnxio.walk import subgraphs
 
+    if not any(f.domain == C.DOMAIN for f in model.functions):
+        return  # none of ours to drop: no walk over the model
     used: set[str] = set()
 
     def scan(nodes):

@@ -198,41 +198,46 @@ def _type_only_reader(idx: GraphIndex, c: int, o: str, region: set[int], consts)
     return out in consts and out not in idx.graph_outputs and all(r in region for r in idx.consumers.get(out, []))
 
 
-def _region_key(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts) -> tuple:
+def region_key(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts) -> tuple:
     """Everything the numeric check reads, without names: per node its op,
     Cast target and inputs (x, another region node by position, or a
-    constant by dtype and stored bytes), which node is the anchor and which
-    the root, and x's declared type. Equal keys = equal checks."""
+    constant by dtype, shape and stored bytes), which node is the anchor and
+    which the root, and x's declared type. Equal keys = equal checks."""
     pos = {}
     for k, i in enumerate(nodes):
-        for o in idx.node(i).output:
+        for o in idx.outs[i]:
             pos[o] = k
+    ckeys = idx.const_keys
     parts = []
     for i in nodes:
-        n = idx.node(i)
         ins = []
-        for t in n.input:
+        for t in idx.raw_ins[i]:
             if t == leaf:
                 ins.append(0)
             elif t in pos:
                 ins.append(pos[t] + 1)
             elif t in consts:
-                c = idx.constant(t)
-                ins.append((c.elem_type, c.value.dtype.str, c.value.tobytes()))
+                key = ckeys.get(t)
+                if key is None:
+                    c = idx.constant(t)
+                    key = ckeys[t] = (c.elem_type, c.value.dtype.str, c.value.shape, c.value.tobytes())
+                ins.append(key)
             else:
                 ins.append(("?", t))  # never shared: no key collision with another region
-        to = next((a.i for a in n.attribute if a.name == "to"), None) if n.op_type == "Cast" else None
-        parts.append((n.op_type, to, tuple(ins)))
+        op = idx.ops[i]
+        to = next((a.i for a in idx.node(i).attribute if a.name == "to"), None) if op == "Cast" else None
+        parts.append((op, to, tuple(ins)))
     return tuple(parts), nodes.index(anchor), pos.get(root), idx.elem_type(leaf)
 
 
-def checked_region(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts):
-    """The numeric check of one region, cached per graph by _region_key
-    (a chain of N identical GELUs is checked once). None when the 3-point
-    pre-check rejects it; else (form, alpha, err, tol, note, precision,
-    leaf_type, root_type)."""
+def checked_region(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts, key=None):
+    """The numeric check of one region, cached per graph by region_key
+    (a chain of N identical GELUs is checked once; ``key``: that key, when
+    the caller has it). None when the 3-point pre-check rejects it; else
+    (form, alpha, err, tol, note, precision, leaf_type, root_type)."""
     cache = idx.check_cache
-    key = _region_key(idx, anchor, nodes, leaf, root, consts)
+    if key is None:
+        key = region_key(idx, anchor, nodes, leaf, root, consts)
     if key in cache:
         return cache[key]
     if idx.node(anchor).op_type != "Sigmoid" and not _roughly_gelu(idx, nodes, leaf, root):
@@ -247,16 +252,22 @@ def checked_region(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, ro
     return cache[key]
 
 
-def intermediate_violation(idx: GraphIndex, nodes: list[int], root: str, consts=frozenset()):
+def intermediate_violation(idx: GraphIndex, nodes: list[int], root: str, consts=frozenset(), readers=None):
+    """Why the region cannot be fused (a Code and a reason), or None. Type-only
+    readers of its inner tensors (allowed) are added to ``readers``."""
     region = set(nodes)
     for i in nodes:
-        for o in idx.node(i).output:
+        for o in idx.outs[i]:
             if o == root:
                 continue
             if o in idx.graph_outputs:
                 return Code.GRAPH_OUTPUT, f"intermediate '{o}' is a graph output"
-            outside = [c for c in idx.consumers.get(o, [])
-                       if c not in region and not _type_only_reader(idx, c, o, region, consts)]
+            cs = idx.consumers.get(o, ())
+            if all(c in region for c in cs):
+                continue
+            if readers is not None:
+                readers.extend(c for c in cs if c not in region)
+            outside = [c for c in cs if c not in region and not _type_only_reader(idx, c, o, region, consts)]
             if outside:
                 who = idx.node(outside[0])
                 return Code.INTERMEDIATE_USED, (

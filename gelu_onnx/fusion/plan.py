@@ -83,16 +83,19 @@ class Plan:
         return [s for g in self.graphs for s in g.selected]
 
 
-def plan(model: ModelProto, base_dir: str | None = None) -> Plan:
+def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
     """Match every graph without changing anything; indexes stay valid for
-    the rewrite that follows (inner graphs first)."""
+    the rewrite that follows (inner graphs first). ``table``: the main
+    graph's onnxio.NodeTable, if validation read it (GraphIndex checks it
+    belongs to the graph)."""
     out: list[GraphPlan] = []
     inferred = InferredShapes(model)  # runs only when an undeclared shape is asked for
 
     def visit(graph, parent, path):
-        idx = GraphIndex(graph, parent, path, base_dir)
+        idx = GraphIndex(graph, parent, path, base_dir, table if parent is None else None)
         idx.inferred = inferred
-        for i, node in enumerate(graph.node):
+        for i in idx.nested:
+            node = idx.nodes[i]
             for attr, sub in subgraphs(node):
                 label = node.name or f"{node.op_type}#{i}"
                 visit(sub, idx, f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
@@ -180,10 +183,13 @@ def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
             return fn_dtype
 
 
-def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult) -> None:
-    """Select, then replace every selected region (in place) and finish the model."""
-    names = NameGen(m)
+def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_edit=None) -> None:
+    """Select, then replace every selected region (in place) and finish the
+    model. ``before_edit(plan)`` runs between the two (the model unchanged)."""
+    names = NameGen(m, [g.index for g in plan.graphs])
     fn_dtype = select(plan, target, res)
+    if before_edit is not None:
+        before_edit(plan)
     dead: set[str] = set()
     for g in plan.graphs:
         if not g.selected:

@@ -37,6 +37,9 @@ class FuseResult:
     notes: list[str] = field(default_factory=list)
     # GELUs already written as the target's own op, with nothing to absorb.
     already: list[Fusion] = field(default_factory=list)
+    # fuse_with_report(input_check=True): the input's check model, serialized
+    # (fusion/standin.py), or None when the input itself is to be checked.
+    input_check: bytes | None = field(default=None, repr=False)
 
     def summary(self) -> dict:
         by_form: dict[str, int] = {}
@@ -62,9 +65,8 @@ class FuseResult:
 
 
 def record(idx: GraphIndex, mt: Match, em: Emission, use_bias: bool, compute_type: int) -> Fusion:
-    names = [idx.node(i).name or f"{idx.node(i).op_type}#{i}" for i in mt.nodes]
+    names = [idx.label(i) for i in mt.nodes]
     if use_bias and mt.bias_node is not None:
-        bn = idx.node(mt.bias_node)
-        names.insert(0, bn.name or f"Add#{mt.bias_node}")
+        names.insert(0, idx.label(mt.bias_node))
     return Fusion(mt.form, use_bias, mt.alpha, idx.path, mt.root, names,
                   C.FLOAT_DTYPES.get(compute_type, str(compute_type)), em.qualified)

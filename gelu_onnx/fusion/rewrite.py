@@ -28,22 +28,32 @@ class Emission:
 
 
 class NameGen:
-    """Unique node/tensor names across the whole model."""
+    """Unique node/tensor names across the whole model: none that a node,
+    a node input or output, an initializer or a graph input has. ``indexes``
+    (the plan's GraphIndex of every graph, taken before any change) answer
+    that without a walk over the model."""
 
-    def __init__(self, model: ModelProto):
-        used: set[str] = set()
+    def __init__(self, model: ModelProto, indexes=None):
+        self.used: set[str] = set()
+        self.indexes = indexes
+        if indexes is not None:
+            return
         for g in walk_graphs(model.graph):
             nodes = list(g.node)
-            used.update([n.name for n in nodes])
-            used.update(chain.from_iterable([n.output for n in nodes]))
-            used.update(chain.from_iterable([n.input for n in nodes]))
-            used.update([t.name for t in g.initializer])
-            used.update([i.name for i in g.input])
-        self.used = used
+            self.used.update([n.name for n in nodes])
+            self.used.update(chain.from_iterable([n.output for n in nodes]))
+            self.used.update(chain.from_iterable([n.input for n in nodes]))
+            self.used.update([t.name for t in g.initializer])
+            self.used.update([i.name for i in g.input])
+
+    def _taken(self, name: str) -> bool:
+        return name in self.used or any(
+            name in ix.producer or name in ix.consumers or name in ix.initializers or name in ix.graph_inputs
+            or name in ix.node_names() for ix in self.indexes or ())
 
     def __call__(self, base: str) -> str:
         name, k = base, 0
-        while name in self.used:
+        while self._taken(name):
             k += 1
             name = f"{base}_{k}"
         self.used.add(name)

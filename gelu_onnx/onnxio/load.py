@@ -13,7 +13,7 @@ from onnx import TensorProto
 from ..errors import InputError, MissingFileError, UnsafeModelError
 from ..interrupts import fault
 from .tensors import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
-from .validate import Validator, one_line, quote, validate_model
+from .validate import NodeTable, Validator, one_line, quote, validate_model, validate_model_table
 
 
 @dataclass
@@ -32,6 +32,8 @@ class LoadedModel:
     base_dir: str | None = None
     external_files: tuple[str, ...] = ()
     file_size: int = 0
+    # the main graph's nodes as validation read them (valid while it is unchanged)
+    table: NodeTable | None = None
 
     @property
     def has_external_data(self) -> bool:
@@ -106,8 +108,8 @@ def load_model(path) -> LoadedModel:
         raise InputError(f"{where}: not a valid ONNX model (protobuf parse failed: "
                          "truncated, damaged or not ONNX)") from None
     base = os.path.realpath(os.path.dirname(apath))
-    files = validate_model(model, base_dir=base, where=where)
-    return LoadedModel(model, apath, base, files, st.st_size)
+    files, table = validate_model_table(model, base_dir=base, where=where)
+    return LoadedModel(model, apath, base, files, st.st_size, table)
 
 
 def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:

@@ -7,6 +7,7 @@ import ntpath
 import os
 import re
 import stat
+from dataclasses import dataclass
 
 import onnx
 from onnx import TensorProto
@@ -46,6 +47,28 @@ def _node_label(node, i: int) -> str:
     return f"{quote(name)} ({quote(node.op_type)[1:-1]})"
 
 
+@dataclass
+class NodeTable:
+    """One graph's nodes as Python lists, read once while validating.
+    Reading protobuf fields is most of what a pass over a big graph costs,
+    so the fuse pass indexes these (fusion.graph.GraphIndex) rather than
+    reading the nodes again. Valid while ``graph`` is unchanged."""
+
+    graph: onnx.GraphProto
+    nodes: list
+    ops: list[str]
+    domains: list[str]
+    labels: list[str]          # node names
+    ins: list[list[str]]       # as stored ("" = omitted optional input)
+    outs: list[list[str]]
+    with_subgraphs: list[int]  # the nodes that hold If/Loop/Scan bodies
+    attributed: list[int]      # the nodes with any attribute
+
+
+class _Recheck(Exception):
+    """The one-pass check saw something: graph() looks again and words it."""
+
+
 class _Scope:
     """Names visible from a subgraph: its enclosing graphs' names, innermost first."""
 
@@ -69,6 +92,7 @@ class Validator:
         self.local_functions: set[tuple[str, str]] = set()
         self.data_files: dict[str, int] = {}  # real path -> size
         self._schema_ok: dict[tuple, str | None] = {}
+        self.table: NodeTable | None = None  # the main graph's, when graph_fast read it
 
     def fail(self, msg: str, cls=InputError):
         raise cls(one_line(f"{self.where}: {msg}"))
@@ -104,7 +128,11 @@ class Validator:
             self.fail("the graph is empty (no nodes and no outputs)")
         if not g.output:
             self.fail("the graph has no outputs")
-        self.graph(g, "", None)
+        try:
+            self.graph_fast(g, None)
+        except (_Recheck, InputError):
+            self.table = None
+            self.graph(g, "", None)  # finds the first fault in graph() order and words it
         for f in m.functions:
             self.function(f)
 
@@ -187,6 +215,84 @@ class Validator:
                       f"attribute {quote(a.ref_attr_name)} and also holds a value of its own")
 
     # -- graphs -----------------------------------------------------------
+    def graph_fast(self, g, outer: _Scope | None) -> set:
+        """graph()'s checks in one pass, for the common case: nodes in
+        topological order (each input defined by an earlier node, an input,
+        an initializer or an enclosing graph: hence acyclic) and nothing
+        wrong. Anything else raises _Recheck, and graph() finds the first
+        fault and words it. Returns the outer-scope names the graph reads;
+        the main graph's nodes, as read, are kept in ``self.table``."""
+        names = {vi.name for vi in g.input}
+        inits = [*g.initializer, *(st.values for st in g.sparse_initializer)]
+        init_names = {t.name for t in inits}
+        if len(names) != len(g.input) or len(init_names) != len(inits):
+            raise _Recheck
+        names |= init_names  # an initializer may also be an input (overridable)
+        texts = [*names, *(vi.name for vi in (*g.output, *g.value_info))]
+        for t in inits:
+            self.tensor(t)
+        for st in g.sparse_initializer:
+            self.tensor(st.indices)
+        free: set = set()
+        t = NodeTable(g, [], [], [], [], [], [], [], [])
+        expect = len(names)
+        for n in g.node:
+            ins, outs = n.input[:], n.output[:]
+            for x in ins:
+                if x and x not in names:
+                    if outer is None or x not in outer:
+                        raise _Recheck  # never defined, or by a later node
+                    free.add(x)
+            t.nodes.append(n)
+            t.ops.append(n.op_type)
+            t.domains.append(n.domain)
+            t.labels.append(n.name)
+            t.ins.append(ins)
+            t.outs.append(outs)
+            if n.attribute:
+                t.attributed.append(len(t.nodes) - 1)
+                texts.extend([a.name for a in n.attribute])
+                for at in attr_tensors(n.attribute):
+                    self.tensor(at)
+                for _, sg in subgraphs(n):
+                    free.update(x for x in self.graph_fast(sg, _Scope(names, outer)) if x not in names)
+                    if t.with_subgraphs[-1:] != [len(t.nodes) - 1]:
+                        t.with_subgraphs.append(len(t.nodes) - 1)
+            names.update(outs)
+            expect += len(outs)
+        if "" in names:  # omitted optional outputs
+            names.discard("")
+            expect -= sum(o == "" for outs in t.outs for o in outs)
+        if len(names) != expect:
+            raise _Recheck  # a name assigned twice
+        for o in g.output:
+            if o.name not in names:
+                if outer is None or o.name not in outer:
+                    raise _Recheck
+                free.add(o.name)
+        kinds = set(zip(t.ops, t.domains))
+        # protobuf hands back invalid UTF-8 as bytes: one look at every string
+        if bytes in set(map(type, names)) | set(map(type, texts)) | set(map(type, t.labels)) or \
+                any(type(op) is bytes or type(d) is bytes for op, d in kinds):
+            raise _Recheck
+        for op, dom in kinds:
+            d = norm_domain(dom)
+            if d not in self.opsets:
+                raise _Recheck
+            if d in ONNX_DOMAINS and (d, op) not in self.local_functions:
+                key = (op, d, self.opsets[d])
+                if key not in self._schema_ok:
+                    try:
+                        onnx.defs.get_schema(op, self.opsets[d], d)
+                    except Exception:  # onnx's SchemaError
+                        raise _Recheck from None
+                    self._schema_ok[key] = None
+                elif self._schema_ok[key]:
+                    raise _Recheck
+        if outer is None:
+            self.table = t
+        return free
+
     def graph(self, g, gpath: str, outer: _Scope | None) -> set:
         """Check one graph (recursively); return the outer-scope names it reads."""
         where = f"graph {quote(gpath)}" if gpath else "the main graph"
@@ -393,9 +499,16 @@ def validate_model(model: onnx.ModelProto, *, base_dir: str | None = None,
                    where: str = "model") -> tuple[str, ...]:
     """Validate a parsed model (see module doc); return the real paths of the
     external data files it uses.  Raises InputError / UnsafeModelError."""
+    return validate_model_table(model, base_dir=base_dir, where=where)[0]
+
+
+def validate_model_table(model: onnx.ModelProto, *, base_dir: str | None = None,
+                         where: str = "model") -> tuple[tuple[str, ...], NodeTable | None]:
+    """validate_model, and the main graph's NodeTable (None when it was not
+    read in one pass)."""
     v = Validator(where, os.path.realpath(base_dir) if base_dir is not None else None)
     try:
         v.model(model)
     except RecursionError:
         v.fail("subgraphs are nested too deeply")
-    return tuple(sorted(v.data_files))
+    return tuple(sorted(v.data_files)), v.table

@@ -1,0 +1,168 @@
+"""The input's check model: what onnx.checker's full check of the input sees,
+with repeated GELU regions left out (docs/safety.md, "The check model").
+
+A fused region with its x, constants and types like one seen before (the
+same class) is replaced by a stand-in that infers exactly what the region
+infers and fails exactly when x's type differs from the class's:
+
+    Add(x, 0) -> root                     (0: a zero of the type the region's
+    Add(x, 0) -> t; Cast(t, to) -> root    constants force on x, of their
+                                           highest rank: [], [1], [1, 1] ...)
+
+The first region of each class is kept whole, with two assertions: Add(x, 0)
+(x has the class's type) and Add(root, 0') (the region infers the class's
+root type). Everything else (every other node, initializer, value_info, the
+bias Adds) is the input's own. So onnx.checker's strict inference over this
+model meets every fault the input's check would: outside the regions the
+types and shapes are the input's; each class is checked once on a real x;
+and a region of a class differs from the checked one only in names and in
+x, whose type the stand-in asserts and whose shape cannot change an
+inference over one-element constants (all-ones shapes: broadcasting with
+them widens x to their highest rank and does nothing else). Regions that declare types or shapes of
+their inner tensors, or whose inner tensors something else reads, are kept
+whole. A check model that fails is not trusted: the caller checks the input
+file itself for the message.
+"""
+from __future__ import annotations
+
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, helper
+
+from .numeric import region_key, region_types
+
+# Field numbers (from the schema, not hard-coded) of what is assembled as bytes.
+_NODE = GraphProto.DESCRIPTOR.fields_by_name["node"].number
+_INIT = GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
+_GRAPH = ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+
+# A stand-in saves nodes only where many regions repeat: below this share of
+# the graph's nodes the input itself is checked (no bytes assembled).
+MIN_SAVED_SHARE = 0.25
+
+
+def check_model(model: ModelProto, plan) -> bytes | None:
+    """The serialized check model of ``model`` (the input, before the
+    rewrite) for the regions ``plan`` selected, or None when it would
+    barely differ from the input (then check the input itself)."""
+    if len(model.functions):
+        return None  # their calls would lose their bodies here: check the input itself
+    main = next(g for g in plan.graphs if g.index.parent is None)
+    idx = main.index
+    classes: dict[tuple, tuple] = {}  # class key -> (x's type, root's type)
+    stand: dict[int, tuple] = {}      # a member's last node -> (x, root, class key)
+    gone: set[int] = set()            # the members' nodes
+    asserts: dict[int, tuple] = {}    # a first region's last node -> (x, root, class key)
+    for s in main.selected:
+        mt = s.match
+        if s.candidate.legacy or mt.single_op is not None or not _self_contained(idx, mt):
+            continue  # kept as in the input
+        key = _class_key(idx, mt)
+        if key not in classes:
+            types = region_types(idx, mt.nodes, mt.leaf, mt.consts)
+            classes[key] = (types.get(mt.leaf), types.get(mt.root))
+            if classes[key][0] is not None and classes[key][1] is not None:
+                asserts[max(mt.nodes)] = (mt.leaf, mt.root, key)
+            continue
+        if None in classes[key]:
+            continue  # a type the constants do not fix: every such region is kept whole
+        stand[max(mt.nodes)] = (mt.leaf, mt.root, key)
+        gone.update(mt.nodes)
+    if len(gone) < MIN_SAVED_SHARE * len(idx.nodes):
+        return None
+    zeros: dict[tuple, str] = {}
+    names = _Fresh(idx)
+
+    def zero(elem_type: int, key) -> str:
+        # broadcasting with one-element constants widens x to their highest rank, no more
+        rank = max((len(c[2]) for node in key[0][0] for c in node[2] if isinstance(c, tuple)), default=0)
+        z = zeros.get((elem_type, rank))
+        if z is None:
+            z = zeros[(elem_type, rank)] = names(f"gelu_onnx_check_zero_{elem_type}_{rank}")
+        return z
+
+    entries: list[bytes] = []
+    for i, node in enumerate(idx.nodes):
+        if i not in gone:
+            entries.append(node.SerializeToString())
+        if i in asserts:
+            x, root, key = asserts[i]
+            tx, troot = classes[key]
+            for t, et in ((x, tx), (root, troot)):
+                entries.append(_node("Add", [t, zero(et, key)], [names(f"{t}_check")]))
+        elif i in stand:
+            x, root, key = stand[i]
+            tx, troot = classes[key]
+            if tx == troot:
+                entries.append(_node("Add", [x, zero(tx, key)], [root]))
+            else:
+                t = names(f"{root}_check")
+                entries.append(_node("Add", [x, zero(tx, key)], [t]))
+                entries.append(_node("Cast", [t], [root], to=troot))
+    g = model.graph
+    inits = [t.SerializeToString() for t in g.initializer]
+    inits += [helper.make_tensor(n, et, [1] * rank, [0]).SerializeToString() for (et, rank), n in zeros.items()]
+    rest = GraphProto(name=g.name, input=g.input, output=g.output, value_info=g.value_info,
+                      sparse_initializer=g.sparse_initializer)
+    graph = b"".join([_fields(_NODE, entries), _fields(_INIT, inits), rest.SerializeToString()])
+    head = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import)
+    return head.SerializeToString() + _fields(_GRAPH, [graph])
+
+
+def _self_contained(idx, mt) -> bool:
+    """Nothing outside the region reads or declares its inner tensors."""
+    region = set(mt.nodes)
+    inner = [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
+    if len(idx.graph.value_info) and any(o in idx.value_types for o in inner):
+        return False
+    if mt.shared is not None:
+        return not mt.shared
+    return all(c in region for o in inner for c in idx.consumers.get(o, ()))
+
+
+def _class_key(idx, mt) -> tuple:
+    """What the region's check depends on besides x: the numeric check's key
+    (ops, Cast targets, wiring, constants' types, shapes and bytes, x's
+    declared type) and every node's attributes."""
+    key = mt.key if mt.key is not None else region_key(idx, mt.anchor, mt.nodes, mt.leaf, mt.root, mt.consts)
+    attrs = tuple((k, b"".join(a.SerializeToString() for a in idx.nodes[i].attribute))
+                  for k, i in enumerate(mt.nodes) if idx.has_attributes(i))
+    return key, attrs
+
+
+class _Fresh:
+    """Names no graph tensor or node has (the check model's own)."""
+
+    def __init__(self, idx):
+        self.idx, self.used = idx, set()
+
+    def __call__(self, base: str) -> str:
+        name, k, ix = base, 0, self.idx
+        while (name in self.used or name in ix.producer or name in ix.consumers or name in ix.initializers
+               or name in ix.graph_inputs):
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return name
+
+
+def _node(op: str, ins: list[str], outs: list[str], **attrs) -> bytes:
+    n = NodeProto(op_type=op, input=ins, output=outs)
+    for k, v in attrs.items():
+        n.attribute.add(name=k, i=v, type=AttributeProto.INT)
+    return n.SerializeToString()
+
+
+def _fields(number: int, payloads: list[bytes]) -> bytes:
+    """Each payload as one length-delimited protobuf field ``number``: the
+    model is assembled from serialized parts, so no node passes through a
+    Python protobuf object twice."""
+    tag = _varint(number << 3 | 2)
+    return b"".join(tag + _varint(len(p)) + p for p in payloads)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
