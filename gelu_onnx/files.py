@@ -270,9 +270,10 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     from . import interrupts, onnxio
 
     notes = [] if notes is None else notes
+    facts = onnxio.model_facts(model)  # one walk over the model for all that follows
     # onnx >= 1.23 stamps IR 14 on everything: write the lowest the model needs,
     # so older runtimes load it too.
-    old = onnxio.lower_ir_version(model)
+    old = onnxio.lower_ir_version(model, facts)
     if old is not None:
         notes.append(f"IR version lowered from {old} to {model.ir_version} (the lowest this model needs)")
     _loadable_ir(model, checked_against or dst, notes)
@@ -289,14 +290,14 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
             saved = skeleton.save(model, dst, overwrite_input=overwrite_input)
             in_memory = True
         else:
-            in_memory = onnxio.checkable_in_memory(model)
+            in_memory = onnxio.checkable_in_memory(model, facts)
             if in_memory:
                 _checker(model, shown)
             if source is not None:
                 saved = onnxio.save_model(model, dst, source=source, overwrite_input=overwrite_input,
-                                          keep_backups=True)
+                                          keep_backups=True, facts=facts)
             else:
-                saved = onnxio.save_model(model, dst, source_dir=base_dir, keep_backups=True)
+                saved = onnxio.save_model(model, dst, source_dir=base_dir, keep_backups=True, facts=facts)
         try:
             if not in_memory:
                 interrupts.fault("write:checker")

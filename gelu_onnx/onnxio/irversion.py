@@ -2,11 +2,13 @@
 (onnx >= 1.23 stamps IR 14 on everything)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import onnx
 from onnx import TensorProto
 
-from .tensors import ELEM_MIN_IR, MAX_PROTO_BYTES, embedded_bytes
-from .walk import iter_graphs, iter_tensors
+from .tensors import ELEM_MIN_IR, MAX_PROTO_BYTES, tensor_embedded_bytes as _embedded
+from .walk import attr_tensors, iter_graphs
 
 
 def _type_min_ir(tp, acc: list):
@@ -25,34 +27,63 @@ def _type_min_ir(tp, acc: list):
         _type_min_ir(inner.value_type, acc)
 
 
-def required_ir_version(model: onnx.ModelProto) -> int | None:
-    """Lowest IR version the model's opsets and element types allow (>= 3),
-    None when an opset is unknown to this onnx.  Covers the features added in
-    IR 9..14 (new element types, opaque types, multi-device configs)."""
+@dataclass
+class ModelFacts:
+    """What writing a model needs to know about its tensors and types, from
+    one walk over every graph (model_facts): the external tensors, the bytes
+    stored inside the model, and the lowest IR version its opsets and element
+    types allow (None when an opset is unknown to this onnx)."""
+
+    external: list
+    embedded: int
+    min_ir: int | None
+
+
+def model_facts(model: onnx.ModelProto) -> ModelFacts:
+    """One walk over every graph and tensor (a walk costs about as much as
+    serializing the model: writing one takes it once, not four times)."""
     try:
         need = [onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)]
         for f in model.functions:
-            need.append(onnx.helper.find_min_ir_version_for(list(f.opset_import),
-                                                            ignore_unknown=True))
+            need.append(onnx.helper.find_min_ir_version_for(list(f.opset_import), ignore_unknown=True))
+        known = True
     except ValueError:
-        return None
-    for t in iter_tensors(model):
-        need.append(ELEM_MIN_IR.get(t.data_type, 0))
+        need, known = [], False
+    tensors: list = []  # what iter_tensors yields, gathered in the same walk
+    configured = "device_configurations" in onnx.NodeProto.DESCRIPTOR.fields_by_name
     for _, g in iter_graphs(model):
+        tensors += g.initializer
+        for st in g.sparse_initializer:
+            tensors += (st.values, st.indices)
         for vi in (*g.input, *g.output, *g.value_info):
             _type_min_ir(vi.type, need)
         for n in g.node:
-            for a in n.attribute:
-                for tp in (*([a.tp] if a.HasField("tp") else []), *a.type_protos):
-                    _type_min_ir(tp, need)
-            if len(getattr(n, "device_configurations", ())):
+            if n.attribute:
+                tensors += attr_tensors(n.attribute)
+                for a in n.attribute:
+                    for tp in (*([a.tp] if a.HasField("tp") else []), *a.type_protos):
+                        _type_min_ir(tp, need)
+            if configured and len(n.device_configurations):
                 need.append(11)
     for f in model.functions:
+        for n in f.node:
+            tensors += attr_tensors(n.attribute)
+        tensors += attr_tensors(f.attribute_proto)
         for vi in getattr(f, "value_info", ()):
             _type_min_ir(vi.type, need)
     if len(getattr(model, "configuration", ())):
         need.append(11)
-    return max(3, *need)
+    external = [t for t in tensors if t.data_location == TensorProto.EXTERNAL]
+    total = sum(_embedded(t) for t in tensors if t.data_location != TensorProto.EXTERNAL)
+    need.extend(ELEM_MIN_IR.get(dt, 0) for dt in {t.data_type for t in tensors})
+    return ModelFacts(external, total, max(3, *need) if known else None)
+
+
+def required_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -> int | None:
+    """Lowest IR version the model's opsets and element types allow (>= 3),
+    None when an opset is unknown to this onnx.  Covers the features added in
+    IR 9..14 (new element types, opaque types, multi-device configs)."""
+    return (facts or model_facts(model)).min_ir
 
 
 # required_ir_version checks every feature added from IR 11 on (IR 10's
@@ -61,29 +92,28 @@ def required_ir_version(model: onnx.ModelProto) -> int | None:
 IR_FLOOR = 11
 
 
-def checkable_in_memory(model: onnx.ModelProto) -> bool:
+def checkable_in_memory(model: onnx.ModelProto, facts: ModelFacts | None = None) -> bool:
     """Whether onnx.checker can take the model object itself: no external
     data (the checker resolves it relative to a file) and room under
     protobuf's 2 GB (not ByteSize(): upb serializes the whole model for it).
     Otherwise it is checked as a file, after writing."""
-    if any(t.data_location == TensorProto.EXTERNAL for t in iter_tensors(model)):
-        return False
-    return embedded_bytes(model) < MAX_PROTO_BYTES - (64 << 20)
+    facts = facts or model_facts(model)
+    return not facts.external and facts.embedded < MAX_PROTO_BYTES - (64 << 20)
 
 
-def lowest_ir_version(model: onnx.ModelProto) -> int | None:
+def lowest_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -> int | None:
     """The lowest IR version ``model`` can be written with (at least
     ``IR_FLOOR``, or the newest this onnx knows when that is older: onnx 1.16
     knows IR 10); None when one of its opsets is unknown to this onnx."""
-    need = required_ir_version(model)
+    need = required_ir_version(model, facts)
     return None if need is None else max(need, min(IR_FLOOR, onnx.IR_VERSION))
 
 
-def lower_ir_version(model: onnx.ModelProto) -> int | None:
+def lower_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -> int | None:
     """Lower model.ir_version (in place) to the lowest the model needs, so
     older runtimes load it too (onnx >= 1.23 stamps IR 14 on what it writes);
     returns the old version when lowered, else None.  Never raises it."""
-    low = lowest_ir_version(model)
+    low = lowest_ir_version(model, facts)
     if low is None or model.ir_version <= low:
         return None
     old, model.ir_version = model.ir_version, low

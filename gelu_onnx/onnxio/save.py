@@ -13,11 +13,12 @@ from google.protobuf.message import EncodeError
 from onnx import TensorProto
 
 from ..errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
-from .tensors import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, embedded_bytes, external_info,
+from .tensors import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, external_info,
                       is_external, tensor_nbytes)
 from .fileops import (backup, cleanup, copy_into, makedirs, new_mode, reflink, same_bytes, same_file,
                       source_mode, tmp_in)
 from ..interrupts import critical, fault, unwinding
+from .irversion import ModelFacts, model_facts
 from .load import LoadedModel
 from .validate import Validator, one_line
 from .walk import iter_tensors
@@ -172,7 +173,8 @@ def _is_model_file(path: str) -> bool:
 
 def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None = None,
                source_dir=None, input_path=None, overwrite_input: bool = False,
-               max_proto_bytes: int | None = None, keep_backups: bool = False) -> SavedModel:
+               max_proto_bytes: int | None = None, keep_backups: bool = False,
+               facts: ModelFacts | None = None) -> SavedModel:
     """Write ``model`` to ``out_path`` atomically (temp file + rename).
 
     ``source`` (the LoadedModel it came from) or ``source_dir``/``input_path``
@@ -186,17 +188,18 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
     model object is changed in place then, as onnx.save does;
     GELU_ONNX_TEST_MAX_PROTO_BYTES lowers the default limit, for tests).
     SIGINT/SIGTERM/SIGHUP during the write remove every temp file and put
-    back what was replaced (gelu_onnx.interrupts).
+    back what was replaced (gelu_onnx.interrupts). ``facts``:
+    irversion.model_facts(model), when the caller has it (saves a walk).
     """
     if max_proto_bytes is None:
         max_proto_bytes = int(os.environ.get("GELU_ONNX_TEST_MAX_PROTO_BYTES", MAX_PROTO_BYTES))
     with unwinding():
         return _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
-                     keep_backups)
+                     keep_backups, facts or model_facts(model))
 
 
 def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
-          keep_backups) -> SavedModel:
+          keep_backups, facts: ModelFacts) -> SavedModel:
     protected: set[str] = set()
     if source is not None:
         source_dir = source_dir if source_dir is not None else source.base_dir
@@ -213,7 +216,7 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
     # the path by which bytes get copied, so it gets the same escape checks.
     v = Validator(where, os.path.realpath(source_dir) if source_dir is not None else None)
     refs: dict[str, str] = {}  # location -> source real path
-    for t in iter_tensors(model):
+    for t in facts.external:
         if is_external(t):
             v.tensor(t)
             loc = external_info(t)["location"]
@@ -285,7 +288,7 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
         # serialization takes seconds), so decide from the payload sizes.
         payload = None
         margin = min(64 << 20, max_proto_bytes // 8)
-        if embedded_bytes(model) <= max_proto_bytes - margin:
+        if facts.embedded <= max_proto_bytes - margin:
             try:
                 payload = model.SerializeToString()
             except EncodeError:

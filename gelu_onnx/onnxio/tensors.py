@@ -107,14 +107,17 @@ def embedded_size_error(t: TensorProto) -> str | None:
 def embedded_bytes(model: onnx.ModelProto) -> int:
     """Bytes of tensor data stored inside the model, from shapes and field
     lengths — no payload is copied (unlike ByteSize(), which serializes)."""
+    return sum(tensor_embedded_bytes(t) for t in iter_tensors(model) if not is_external(t))
+
+
+def tensor_embedded_bytes(t: TensorProto) -> int:
+    """One embedded tensor's share of embedded_bytes."""
     total = 0
-    for t in iter_tensors(model):
-        if is_external(t):
-            continue
-        if t.HasField("raw_data"):
-            n = tensor_nbytes(t)
-            total += n if n is not None else len(t.raw_data)
-        total += 4 * (len(t.float_data) + len(t.int32_data))
-        total += 8 * (len(t.int64_data) + len(t.double_data) + len(t.uint64_data))
+    if t.HasField("raw_data"):
+        n = tensor_nbytes(t)
+        total += n if n is not None else len(t.raw_data)
+    total += 4 * (len(t.float_data) + len(t.int32_data))
+    total += 8 * (len(t.int64_data) + len(t.double_data) + len(t.uint64_data))
+    if len(t.string_data):
         total += sum(len(x) for x in t.string_data)
     return total
