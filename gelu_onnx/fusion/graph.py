@@ -140,7 +140,7 @@ class GraphIndex:
         self._const_cache: dict[str, ConstInfo | None] = {}
         self._maybe_const: dict[str, bool | None] = {}
         self._names: set[str] | None = None
-        self._shapes: dict[str, list | None] = {}  # _elementwise_shape's memo
+        self.shape_memo: dict[str, list | None] = {}  # fusion.shapes.elementwise_shape's
 
     # -- names ---------------------------------------------------------------
     def node(self, i: int) -> NodeProto:
@@ -187,42 +187,12 @@ class GraphIndex:
             return self.value_shapes[name]
         if self.parent is not None and not self.defines(name):
             return self.parent.shape(name)
-        s = self._elementwise_shape(name)
+        from .shapes import elementwise_shape  # (it imports this module)
+
+        s = elementwise_shape(self, name)
         if s is not None and (not s or s[-1] is not None):
             return s
         return self.inferred.shape(name) if self.inferred is not None else None
-
-    def _elementwise_shape(self, name: str) -> list | None:
-        """The broadcast of the input shapes of the elementwise nodes that
-        make ``name``, back to declared shapes and constants; None when one
-        is unknown or they do not broadcast."""
-        memo = self._shapes
-        stack, visiting = [name], set()
-        while stack:
-            n = stack[-1]
-            if n in memo:
-                stack.pop()
-                continue
-            if n in self.value_shapes:
-                memo[n] = self.value_shapes[n]
-                stack.pop()
-                continue
-            i = self.producer.get(n)
-            if i is None or self.ops[i] not in ELEMENTWISE or self.domains[i] not in ("", "ai.onnx") \
-                    or len(self.outs[i]) != 1:
-                c = self.constant(n) if i is not None and self.ops[i] == "Constant" else None
-                memo[n] = list(c.value.shape) if c is not None else None
-                stack.pop()
-                continue
-            todo = [x for x in self.ins[i] if x not in memo]
-            if todo and n not in visiting:
-                visiting.add(n)
-                stack.extend(todo)
-                continue
-            # inputs known, or still not: back on a cycle, which reads as unknown
-            memo[n] = None if todo else _broadcast([memo[x] for x in self.ins[i]])
-            stack.pop()
-        return memo.get(name)
 
     # -- constants -----------------------------------------------------------
     def constant(self, name: str) -> ConstInfo | None:
@@ -387,31 +357,8 @@ class GraphIndex:
 
 _FOLD_THROUGH = frozenset(FOLDABLE) | {"CastLike"}
 
-
-def _broadcast(shapes: list) -> list | None:
-    """ONNX's multidirectional broadcast of known shapes (None dims unknown);
-    None when a shape is unknown or two dims clash."""
-    if not shapes or None in shapes:
-        return None
-    wide = [s for s in shapes if s]
-    if not wide:
-        return []
-    if all(s == wide[0] for s in wide):  # the usual: x with scalar constants
-        return wide[0]
-    rank = max(len(s) for s in shapes)
-    out: list = []
-    for k in range(rank):
-        dims = [s[k - rank + len(s)] for s in shapes if k - rank + len(s) >= 0]
-        if None in dims:
-            out.append(None)
-            continue
-        big = set(dims) - {1}
-        if len(big) > 1:
-            return None
-        out.append(big.pop() if big else 1)
-    return out
-
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
+
 
 
 def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | None:

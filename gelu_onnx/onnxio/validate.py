@@ -7,13 +7,13 @@ import ntpath
 import os
 import re
 import stat
-from dataclasses import dataclass
 
 import onnx
 from onnx import TensorProto
 
 from ..errors import InputError, UnsafeModelError
 from .tensors import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
+from .nodetable import NodeTable
 from .walk import attr_tensors, subgraphs, walk_graphs
 
 
@@ -45,24 +45,6 @@ def norm_domain(d) -> str:
 def _node_label(node, i: int) -> str:
     name = node.name or f"#{i}"
     return f"{quote(name)} ({quote(node.op_type)[1:-1]})"
-
-
-@dataclass
-class NodeTable:
-    """One graph's nodes as Python lists, read once while validating.
-    Reading protobuf fields is most of what a pass over a big graph costs,
-    so the fuse pass indexes these (fusion.graph.GraphIndex) rather than
-    reading the nodes again. Valid while ``graph`` is unchanged."""
-
-    graph: onnx.GraphProto
-    nodes: list
-    ops: list[str]
-    domains: list[str]
-    labels: list[str]          # node names
-    ins: list[list[str]]       # as stored ("" = omitted optional input)
-    outs: list[list[str]]
-    with_subgraphs: list[int]  # the nodes that hold If/Loop/Scan bodies
-    attributed: list[int]      # the nodes with any attribute
 
 
 class _Recheck(Exception):
