@@ -157,6 +157,8 @@ class Validator:
 
     # -- ops --------------------------------------------------------------
     def node_op(self, n, i: int, opsets: dict[str, int], where: str, in_function: bool = False):
+        # graph_fast checks graphs without calling this: a check added here
+        # needs its trigger there too (it raises _Recheck, graph() words it).
         self.text(n.op_type, n.domain, n.name, *n.input, *n.output, what="node name")
         self.text(*(a.name for a in n.attribute), what="attribute name")
         for a in n.attribute:
@@ -234,6 +236,8 @@ class Validator:
             if n.attribute:
                 t.attributed.append(len(t.nodes) - 1)
                 texts.extend([a.name for a in n.attribute])
+                if any(a.ref_attr_name for a in n.attribute):
+                    raise _Recheck  # a function-attribute reference outside a function (node_op words it)
                 for at in attr_tensors(n.attribute):
                     self.tensor(at)
                 for _, sg in subgraphs(n):
