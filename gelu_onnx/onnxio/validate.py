@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from ..errors import InputError, UnsafeModelError
 from .tensors import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
-from .nodetable import NodeTable
+from .onepass import NodeTable, Recheck, Scope, norm_domain, one_pass
 from .walk import attr_tensors, subgraphs, walk_graphs
 
 
@@ -38,32 +38,9 @@ def one_line(msg: str) -> str:
     return msg.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def norm_domain(d) -> str:
-    return "" if d in ("", "ai.onnx") else d
-
-
 def _node_label(node, i: int) -> str:
     name = node.name or f"#{i}"
     return f"{quote(name)} ({quote(node.op_type)[1:-1]})"
-
-
-class _Recheck(Exception):
-    """The one-pass check saw something: graph() looks again and words it."""
-
-
-class _Scope:
-    """Names visible from a subgraph: its enclosing graphs' names, innermost first."""
-
-    def __init__(self, names, parent: "_Scope | None"):
-        self.names, self.parent = names, parent
-
-    def __contains__(self, name) -> bool:
-        s = self
-        while s is not None:
-            if name in s.names:
-                return True
-            s = s.parent
-        return False
 
 
 class Validator:
@@ -73,8 +50,8 @@ class Validator:
         self.opsets: dict[str, int] = {}
         self.local_functions: set[tuple[str, str]] = set()
         self.data_files: dict[str, int] = {}  # real path -> size
-        self._schema_ok: dict[tuple, str | None] = {}
-        self.table: NodeTable | None = None  # the main graph's, when graph_fast read it
+        self.schema_errors: dict[tuple, str | None] = {}
+        self.table: NodeTable | None = None  # the main graph's, when one_pass read it
 
     def fail(self, msg: str, cls=InputError):
         raise cls(one_line(f"{self.where}: {msg}"))
@@ -111,8 +88,8 @@ class Validator:
         if not g.output:
             self.fail("the graph has no outputs")
         try:
-            self.graph_fast(g, None)
-        except (_Recheck, InputError):
+            one_pass(self, g, None)
+        except (Recheck, InputError):
             self.table = None
             self.graph(g, "", None)  # finds the first fault in graph() order and words it
         for f in m.functions:
@@ -157,8 +134,8 @@ class Validator:
 
     # -- ops --------------------------------------------------------------
     def node_op(self, n, i: int, opsets: dict[str, int], where: str, in_function: bool = False):
-        # graph_fast checks graphs without calling this: a check added here
-        # needs its trigger there too (it raises _Recheck, graph() words it).
+        # onepass.one_pass checks graphs without calling this: a check added
+        # here needs its trigger there too (it raises Recheck, graph() words it).
         self.text(n.op_type, n.domain, n.name, *n.input, *n.output, what="node name")
         self.text(*(a.name for a in n.attribute), what="attribute name")
         for a in n.attribute:
@@ -171,7 +148,7 @@ class Validator:
         if d not in ONNX_DOMAINS or (d, n.op_type) in self.local_functions:
             return  # custom / contrib domains are passed through
         key = (n.op_type, d, opsets[d])
-        if key not in self._schema_ok:
+        if key not in self.schema_errors:
             err = None
             try:
                 onnx.defs.get_schema(n.op_type, opsets[d], d)
@@ -182,9 +159,9 @@ class Validator:
                            f"{opsets[d]} (it was added in a later opset)")
                 else:
                     err = f"unknown op {quote(n.op_type)} in domain {quote(shown)}"
-            self._schema_ok[key] = err
-        if self._schema_ok[key]:
-            self.fail(f"node {_node_label(n, i)} in {where}: {self._schema_ok[key]}")
+            self.schema_errors[key] = err
+        if self.schema_errors[key]:
+            self.fail(f"node {_node_label(n, i)} in {where}: {self.schema_errors[key]}")
 
     def _reference(self, n, i: int, a, where: str, in_function: bool):
         """An attribute naming a function attribute (ref_attr_name) holds no
@@ -199,87 +176,7 @@ class Validator:
                       f"attribute {quote(a.ref_attr_name)} and also holds a value of its own")
 
     # -- graphs -----------------------------------------------------------
-    def graph_fast(self, g, outer: _Scope | None) -> set:
-        """graph()'s checks in one pass, for the common case: nodes in
-        topological order (each input defined by an earlier node, an input,
-        an initializer or an enclosing graph: hence acyclic) and nothing
-        wrong. Anything else raises _Recheck, and graph() finds the first
-        fault and words it. Returns the outer-scope names the graph reads;
-        the main graph's nodes, as read, are kept in ``self.table``."""
-        names = {vi.name for vi in g.input}
-        inits = [*g.initializer, *(st.values for st in g.sparse_initializer)]
-        init_names = {t.name for t in inits}
-        if len(names) != len(g.input) or len(init_names) != len(inits):
-            raise _Recheck
-        names |= init_names  # an initializer may also be an input (overridable)
-        texts = [*names, *(vi.name for vi in (*g.output, *g.value_info))]
-        for t in inits:
-            self.tensor(t)
-        for st in g.sparse_initializer:
-            self.tensor(st.indices)
-        free: set = set()
-        t = NodeTable(g, [], [], [], [], [], [], [], [])
-        expect = len(names)
-        for n in g.node:
-            ins, outs = n.input[:], n.output[:]
-            for x in ins:
-                if x and x not in names:
-                    if outer is None or x not in outer:
-                        raise _Recheck  # never defined, or by a later node
-                    free.add(x)
-            t.nodes.append(n)
-            t.ops.append(n.op_type)
-            t.domains.append(n.domain)
-            t.labels.append(n.name)
-            t.ins.append(ins)
-            t.outs.append(outs)
-            if n.attribute:
-                t.attributed.append(len(t.nodes) - 1)
-                texts.extend([a.name for a in n.attribute])
-                if any(a.ref_attr_name for a in n.attribute):
-                    raise _Recheck  # a function-attribute reference outside a function (node_op words it)
-                for at in attr_tensors(n.attribute):
-                    self.tensor(at)
-                for _, sg in subgraphs(n):
-                    free.update(x for x in self.graph_fast(sg, _Scope(names, outer)) if x not in names)
-                    if t.with_subgraphs[-1:] != [len(t.nodes) - 1]:
-                        t.with_subgraphs.append(len(t.nodes) - 1)
-            names.update(outs)
-            expect += len(outs)
-        if "" in names:  # omitted optional outputs
-            names.discard("")
-            expect -= sum(o == "" for outs in t.outs for o in outs)
-        if len(names) != expect:
-            raise _Recheck  # a name assigned twice
-        for o in g.output:
-            if o.name not in names:
-                if outer is None or o.name not in outer:
-                    raise _Recheck
-                free.add(o.name)
-        kinds = set(zip(t.ops, t.domains))
-        # protobuf hands back invalid UTF-8 as bytes: one look at every string
-        if bytes in set(map(type, names)) | set(map(type, texts)) | set(map(type, t.labels)) or \
-                any(type(op) is bytes or type(d) is bytes for op, d in kinds):
-            raise _Recheck
-        for op, dom in kinds:
-            d = norm_domain(dom)
-            if d not in self.opsets:
-                raise _Recheck
-            if d in ONNX_DOMAINS and (d, op) not in self.local_functions:
-                key = (op, d, self.opsets[d])
-                if key not in self._schema_ok:
-                    try:
-                        onnx.defs.get_schema(op, self.opsets[d], d)
-                    except Exception:  # onnx's SchemaError
-                        raise _Recheck from None
-                    self._schema_ok[key] = None
-                elif self._schema_ok[key]:
-                    raise _Recheck
-        if outer is None:
-            self.table = t
-        return free
-
-    def graph(self, g, gpath: str, outer: _Scope | None) -> set:
+    def graph(self, g, gpath: str, outer: Scope | None) -> set:
         """Check one graph (recursively); return the outer-scope names it reads."""
         where = f"graph {quote(gpath)}" if gpath else "the main graph"
         inputs = set()
@@ -320,7 +217,7 @@ class Validator:
                     self.fail(f"node {_node_label(n, i)} in {where} overwrites graph "
                               f"input/initializer {quote(o)}; an ONNX graph must assign each name once")
                 producer[o] = i
-        here = _Scope(defined | producer.keys(), outer)
+        here = Scope(defined | producer.keys(), outer)
         free: set = set()
         deps: list[set] = [set() for _ in nodes]
 
