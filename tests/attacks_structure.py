@@ -13,7 +13,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from attack_judge import Attack
-from attack_models import (SQRT2, case, ext, raw, erf_chain, consts, IO, model, fused, same_function)
+from attack_models import (runs_in_ort, SQRT2, case, ext, raw, erf_chain, consts, IO, model, fused, same_function)
 
 
 # --- bomb: structural bombs ---------------------------------------------------------------
@@ -189,6 +189,34 @@ def _sqrt2_behind_20000_identities(root):
     src = raw(root / "m.onnx", model(nodes + erf_chain("x", "s20000"), consts()))
     return Attack(["fuse", src, "-o", root / "f.onnx"], True, may_change=(root / "f.onnx",),
                   after=same_function(src, root / "f.onnx"))
+
+
+@case("bomb")
+def _external_data_100_gib_sparse(root):
+    """64 KiB of weights 100 GiB into a sparse data file: copying it next to
+    the output copies the data, not 100 GiB of holes."""
+    src = ext(root / "m")
+    data = (root / "m" / "w.bin").read_bytes()
+    off = 100 << 30
+    with open(root / "m" / "w.bin", "r+b") as f:
+        f.truncate(0)
+        f.seek(off)
+        f.write(data)
+    m = onnx.load(str(src), load_external_data=False)
+    t = m.graph.initializer[0]
+    info = {e.key: e.value for e in t.external_data}
+    info["offset"] = str(off)
+    del t.external_data[:]
+    for k, v in info.items():
+        t.external_data.add(key=k, value=v)
+    raw(src, m)
+    (root / "out").mkdir()
+    out = root / "out" / "f.onnx"
+
+    def sparse(_r):
+        assert os.stat(root / "out" / "w.bin").st_blocks * 512 < 1 << 20
+        runs_in_ort(out)
+    return Attack(["fuse", src, "-o", out], True, may_change=(out, root / "out" / "w.bin"), after=sparse)
 
 
 @case("bomb")

@@ -114,11 +114,39 @@ def copy_into(src_real: str, dst_fd: int, size: int):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeModelError(f"{src_real}: external data is not a regular file")
+        if st.st_size < size:
+            raise InputError(f"{src_real}: the file shrank while it was being copied")
         os.ftruncate(dst_fd, 0)  # a failed reflink may have left a partial clone
-        os.lseek(dst_fd, 0, os.SEEK_SET)
-        copy_range(fd, dst_fd, 0, size, src_real)
+        # only the data, holes stay holes: a sparse 1 TB data file holding a
+        # few MB costs a few MB (the size is set last)
+        for start, end in _data_extents(fd, size):
+            os.lseek(dst_fd, start, os.SEEK_SET)
+            copy_range(fd, dst_fd, start, end - start, src_real)
+        os.ftruncate(dst_fd, size)
     finally:
         os.close(fd)
+
+
+def _data_extents(fd: int, size: int):
+    """(start, end) of the parts of [0, size) that hold data (SEEK_DATA /
+    SEEK_HOLE; the whole range where the filesystem does not tell)."""
+    if not hasattr(os, "SEEK_DATA"):
+        yield 0, size
+        return
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # only a hole is left
+                return
+            yield pos, size  # not supported here
+            return
+        if start >= size:
+            return
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        yield start, end
+        pos = end
 
 
 def source_mode(path: str) -> int | None:
@@ -159,10 +187,31 @@ def backup(path: str) -> str:
 
 
 def same_bytes(a: str, b: str) -> bool:
-    import filecmp
-
+    """Whether two regular files hold the same bytes; holes in both are
+    skipped (comparing two sparse 1 TB files reads their data only)."""
     try:
-        return filecmp.cmp(a, b, shallow=False)
+        fa = os.open(a, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            fb = os.open(b, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            try:
+                sa, sb = os.fstat(fa), os.fstat(fb)
+                if not (stat.S_ISREG(sa.st_mode) and stat.S_ISREG(sb.st_mode)) or sa.st_size != sb.st_size:
+                    return False
+                spans = sorted([*_data_extents(fa, sa.st_size), *_data_extents(fb, sb.st_size)])
+                pos = 0
+                for start, end in spans:
+                    start = max(start, pos)
+                    while start < end:
+                        n = min(end - start, 1 << 20)
+                        if os.pread(fa, n, start) != os.pread(fb, n, start):
+                            return False
+                        start += n
+                    pos = max(pos, end)
+                return True
+            finally:
+                os.close(fb)
+        finally:
+            os.close(fa)
     except OSError:
         return False
 
