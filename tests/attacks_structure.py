@@ -156,6 +156,19 @@ def _3000_functions_calling_each_other(root):
 
 
 @case("bomb")
+def _function_call_bomb(root):
+    """F_k calls F_k+1 twice, 40 levels: 2^40 nodes once expanded (onnx.checker
+    and ONNX Runtime's inliner expand every call): refused, not walked."""
+    ops = [h.make_opsetid("", 17), h.make_opsetid("loc", 1)]
+    fs = [h.make_function("loc", "F40", ["a"], ["b"], [h.make_node("Relu", ["a"], ["b"])], ops)]
+    for k in range(39, -1, -1):
+        body = [h.make_node(f"F{k + 1}", ["a"], ["t"], domain="loc"), h.make_node(f"F{k + 1}", ["t"], ["b"], domain="loc")]
+        fs.append(h.make_function("loc", f"F{k}", ["a"], ["b"], body, ops))
+    src = raw(root / "m.onnx", model([h.make_node("F0", ["x"], ["y"], domain="loc")], functions=fs, domains=["loc"]))
+    return Attack(["fuse", src, "-o", root / "f.onnx"], False, timeout=60)
+
+
+@case("bomb")
 def _function_recursion_through_a_subgraph(root):
     src = raw(root / "m.onnx", _function_chain(3, recursive_via_if=True))
     return Attack(["fuse", src, "-o", root / "f.onnx"], False)

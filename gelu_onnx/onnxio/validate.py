@@ -12,8 +12,9 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import InputError, UnsafeModelError
-from .tensors import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
+from .calls import MAX_EXPANDED_NODES, expanded_nodes
 from .onepass import NodeTable, Recheck, Scope, norm_domain, one_pass
+from .tensors import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
 from .walk import attr_tensors, subgraphs, walk_graphs
 
 
@@ -394,4 +395,7 @@ def validate_model_table(model: onnx.ModelProto, *, base_dir: str | None = None,
         v.model(model)
     except RecursionError:
         v.fail("subgraphs are nested too deeply")
+    if model.functions and expanded_nodes(model) > MAX_EXPANDED_NODES:
+        v.fail(f"its model-local functions expand to over {MAX_EXPANDED_NODES:,} nodes at their calls "
+               "(functions calling functions several times, nested: a call bomb)")
     return tuple(sorted(v.data_files)), v.table
