@@ -15,7 +15,12 @@ ratios (the figure that holds on a shared, drifting machine).
   bare      python -c "onnx.load(IN); onnx.save(model, OUT)"
   gelu-onnx python -m gelu_onnx fuse IN -o OUT (the real CLI, default target)
   before    the same CLI from another checkout (--before), e.g. the commit
-            before a speed change
+            before a speed change (run as python -S with that checkout first
+            on PYTHONPATH: an editable install's import hook would otherwise
+            load this checkout's package)
+
+Besides wall seconds each run's CPU seconds (user + system, from wait4) are
+kept: on a machine shared with other jobs the CPU ratio drifts less.
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
         cmds = {"bare": ([py, "-c", BARE, path, out, "embedded"], None),
                 "gelu-onnx": ([py, *fuse], None)}
         if before:
-            cmds["before"] = ([py, *fuse], before)
+            cmds["before"] = ([py, "-S", *fuse], before)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         for _ in range(repeats + warmup):  # the first `warmup` rounds warm caches and are not counted
             for name, (argv, cwd) in cmds.items():
@@ -58,11 +63,15 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
         del rs[:warmup]
     a = [r["seconds"] for r in runs["gelu-onnx"]]
     b = [r["seconds"] for r in runs["bare"]]
+    ac = [r["cpu_seconds"] for r in runs["gelu-onnx"]]
+    bc = [r["cpu_seconds"] for r in runs["bare"]]
     fused = runs["gelu-onnx"][-1].get("child", {}).get("fused")
     rec = {"file": os.path.basename(path), "bytes": os.path.getsize(path), "nodes": node_count(path),
            "fused": fused, "gelu_onnx_s": statistics.median(a), "bare_s": statistics.median(b),
            "ratio_median": statistics.median(x / y for x, y in zip(a, b)),
            "ratio_min": min(x / y for x, y in zip(a, b)), "ratio_max": max(x / y for x, y in zip(a, b)),
+           "gelu_onnx_cpu_s": statistics.median(ac), "bare_cpu_s": statistics.median(bc),
+           "cpu_ratio_median": statistics.median(x / y for x, y in zip(ac, bc)),
            "gelu_onnx_peak_rss": max(r["peak_rss"] for r in runs["gelu-onnx"]),
            "bare_peak_rss": max(r["peak_rss"] for r in runs["bare"]),
            "loadavg": [min(r["loadavg_before"] for v in runs.values() for r in v),
@@ -70,21 +79,22 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
            "repeats": repeats}
     if before:
         c = [r["seconds"] for r in runs["before"]]
-        rec.update(before_s=statistics.median(c), before_ratio=statistics.median(x / y for x, y in zip(c, b)))
+        cc = [r["cpu_seconds"] for r in runs["before"]]
+        rec.update(before_s=statistics.median(c), before_ratio=statistics.median(x / y for x, y in zip(c, b)),
+                   before_cpu_ratio=statistics.median(x / y for x, y in zip(cc, bc)))
     return rec
 
 
 def _run_in(argv: list[str], timeout: float, cwd: str | None) -> dict:
-    """bench_fuse.measure, from another folder when given (python -m then
-    imports that folder's gelu_onnx)."""
+    """bench_fuse.measure, from another checkout when given: run with -S
+    (no site hooks) and that checkout, then this interpreter's
+    site-packages, on PYTHONPATH."""
     if cwd is None:
         return measure(argv, timeout)
-    env = os.environ.pop("PYTHONPATH", None)
-    try:
-        return measure(["env", "-C", cwd, *argv], timeout)
-    finally:
-        if env is not None:
-            os.environ["PYTHONPATH"] = env
+    import site
+
+    path = os.pathsep.join([cwd, *site.getsitepackages()])
+    return measure(["env", "-C", cwd, f"PYTHONPATH={path}", *argv], timeout)
 
 
 def markdown(doc: dict) -> str:
@@ -98,18 +108,20 @@ def markdown(doc: dict) -> str:
         f"Linux {m['kernel']}; python {v['python']}, onnx {v['onnx']}, onnxruntime {v['onnxruntime']}, "
         f"numpy {v['numpy']}; gelu-onnx {m['gelu_onnx_commit']}  ",
         "Each cell: median over the counted pairs (one process per run, A B A B, a warm-up pair first); "
-        "ratio = median of gelu-onnx / bare per pair. The machine is shared: 1-minute load average "
-        "before the runs is given (2 = both cores busy).",
+        "ratio = median of gelu-onnx / bare per pair, in wall seconds and in CPU seconds (user + system). "
+        "The machine is shared: 1-minute load average before the runs is given (2 = both cores busy).",
         "",
-        "| GELUs | nodes | file | gelu-onnx s | bare s | ratio (min-max) | µs / node "
-        "| peak RSS gelu-onnx / bare | before s (x bare) | load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| GELUs | nodes | file | gelu-onnx s | bare s | ratio (min-max) | CPU s gelu-onnx / bare (ratio) "
+        "| µs / node | peak RSS gelu-onnx / bare | before s (x bare, CPU x bare) | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["results"]:
-        before = f"{r['before_s']:.2f} ({r['before_ratio']:.1f}x)" if "before_s" in r else ""
+        before = (f"{r['before_s']:.2f} ({r['before_ratio']:.1f}x, {r['before_cpu_ratio']:.1f}x)"
+                  if "before_s" in r else "")
         lines.append(
             f"| {r['fused']} | {r['nodes']} | {r['bytes'] / 1e6:.1f} MB | {r['gelu_onnx_s']:.2f} | {r['bare_s']:.2f} "
             f"| {r['ratio_median']:.1f}x ({r['ratio_min']:.1f}-{r['ratio_max']:.1f}) "
+            f"| {r['gelu_onnx_cpu_s']:.2f} / {r['bare_cpu_s']:.2f} ({r['cpu_ratio_median']:.1f}x) "
             f"| {r['gelu_onnx_s'] / r['nodes'] * 1e6:.0f} "
             f"| {r['gelu_onnx_peak_rss'] / 2**20:.0f} / {r['bare_peak_rss'] / 2**20:.0f} MiB "
             f"| {before} | {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f} |")
