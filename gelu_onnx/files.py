@@ -89,7 +89,7 @@ class FileInspectResult:
 def _same_file(a, b) -> bool:
     try:
         return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (the output check words it)
         return False
 
 

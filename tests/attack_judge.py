@@ -167,8 +167,10 @@ def judge(root: Path, a: Attack, before: dict, r: Result) -> list[str]:
         if marker in err:
             bad.append(f"stderr holds {marker!r}")
     # killed by a signal's default action (before Python or our handler ran, or
-    # after the command ended) is fine for SIGTERM/SIGHUP: nothing is half-written then
-    sig_codes = {128 + s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} | {-signal.SIGTERM, -signal.SIGHUP}
+    # after the command ended: Python re-raises a late SIGINT) is fine, silently:
+    # nothing is half-written then
+    sig_codes = {128 + s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} | {-signal.SIGTERM, -signal.SIGHUP,
+                                                                                     -signal.SIGINT}
     if a.signalled:
         if r.code not in sig_codes:
             bad.append(f"exit {r.code}, expected a signal exit")

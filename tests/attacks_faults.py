@@ -218,7 +218,7 @@ def _early(sig: str, delay: float):
 
 
 for _sig in ("SIGINT", "SIGTERM"):
-    register(f"signal/{_sig.lower()}_during_the_imports", _early(_sig, 0.3))
+    register(f"signal/{_sig.lower()}_during_the_imports", _early(_sig, 0.15))
 
 
 @case("signal")

@@ -150,6 +150,22 @@ def _out_symlink_to_a_model_in_another_folder(root):
 
 
 @case("alias")
+def _out_is_a_symlink_loop(root):
+    src = ext(root / "m")
+    (root / "b").symlink_to("c")
+    (root / "c").symlink_to("b")
+    return Attack(["fuse", src, "-o", root / "b"], False)
+
+
+@case("alias")
+def _out_inside_a_symlink_loop(root):
+    src = ext(root / "m")
+    (root / "b").symlink_to("c")
+    (root / "c").symlink_to("b")
+    return Attack(["fuse", src, "-o", root / "b" / "x.onnx"], False)
+
+
+@case("alias")
 def _out_symlink_to_dev_null(root):
     src = ext(root / "m")
     (root / "out.onnx").symlink_to("/dev/null")

@@ -138,8 +138,8 @@ def check_output_path(out_path, input_path=None, overwrite_input: bool = False, 
     except OSError as e:  # a name over the OS limits, a loop of links
         raise InputError(f"{where}: cannot use it as output ({e.strerror or e})") from None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{where}: exists and is not a regular file (a device, FIFO or socket); "
-                         "refusing to replace it")
+        raise InputError(f"{where}: exists and is not a regular file (a device, FIFO, socket or symlink "
+                         "loop); refusing to replace it")
     if input_path is not None and same_file(out, input_path) and not overwrite_input:
         raise InputError(f"{where}: refusing to overwrite the input model; choose another "
                          "output path (or request in-place explicitly)")
