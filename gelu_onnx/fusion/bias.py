@@ -29,21 +29,26 @@ class InferredShapes:
 
     def __init__(self, model: ModelProto):
         self._model = model
-        self._shapes: dict[str, list] | None = None
-        self._types: dict[str, int] = {}
+        self._infos: dict | None = None  # name -> ValueInfoProto, decoded on demand
+
+    def _info(self, name: str):
+        if self._infos is None:
+            self._infos = _infer(self._model)
+        vi = self._infos.get(name)
+        return vi.type.tensor_type if vi is not None and vi.type.HasField("tensor_type") else None
 
     def shape(self, name: str) -> list | None:
-        if self._shapes is None:
-            self._shapes = _infer(self._model, self._types)
-        return self._shapes.get(name)
+        tt = self._info(name)
+        if tt is None or not tt.HasField("shape"):
+            return None
+        return [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
 
     def elem_type(self, name: str) -> int | None:
-        if self._shapes is None:
-            self._shapes = _infer(self._model, self._types)
-        return self._types.get(name)
+        tt = self._info(name)
+        return (tt.elem_type or None) if tt is not None else None
 
 
-def _infer(model: ModelProto, types: dict[str, int]) -> dict[str, list]:
+def _infer(model: ModelProto) -> dict:
     light = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
     g, src = light.graph, model.graph
     g.name = src.name
@@ -57,20 +62,18 @@ def _infer(model: ModelProto, types: dict[str, int]) -> dict[str, list]:
         else:
             g.initializer.append(t)
     try:
-        inferred = shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+        inferred = shape_inference.infer_shapes(light, strict_mode=False)
     except Exception:  # noqa: BLE001 - inference is a help, never a requirement
         return {}
     from ..onnxio.walk import subgraphs
 
-    out: dict[str, list] = {}
+    out: dict = {}
 
     def visit(graph):
-        for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
-            tt = vi.type.tensor_type
-            if vi.type.HasField("tensor_type") and tt.elem_type:
-                types.setdefault(vi.name, tt.elem_type)
-            if vi.type.HasField("tensor_type") and tt.HasField("shape"):
-                out.setdefault(vi.name, [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim])
+        # names are unique across a model's graphs; the first (outermost) wins
+        for infos in (graph.input, graph.output, graph.value_info):
+            for vi in infos:
+                out.setdefault(vi.name, vi)
         for n in graph.node:
             for _, sub in subgraphs(n):
                 visit(sub)
