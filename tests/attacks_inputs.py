@@ -15,7 +15,7 @@ from onnx import helper as h
 
 from attack_judge import Attack
 from attack_models import (case, ext, raw, model, npz, feeds, fused, api)
-from model_helpers import EXTERNAL_H
+from model_helpers import EXTERNAL_H, gelu_model
 
 
 # --- check: hostile feeds, golden files, and bench ---------------------------------------------
@@ -211,6 +211,14 @@ def _onnxruntime_warning_about_an_overridable_initializer(root):
     return Attack(["check", src, src], True)
 
 
+@case("check")
+def _huge_scale_on_an_fp16_model(root):
+    """N(0,1) * 1e6 overflows float16: numpy's overflow warning stays off stderr."""
+    m = gelu_model(dtype=T.FLOAT16)
+    src = raw(root / "m.onnx", m)
+    return Attack(["check", src, src, "--scale", "1e6"], None)
+
+
 # --- api: the Python API ---------------------------------------------------------------------
 
 
@@ -286,3 +294,14 @@ def _check_with_wrong_dtype_feeds_in_memory(root):
     return Attack([], False, python=api("import numpy as np\n"
                                         f"gelu_onnx.check({str(a)!r}, {str(b)!r}, "
                                         "inputs={'x': np.zeros((2, 64), np.int32)})"))
+
+
+@case("api")
+def _save_something_that_is_not_a_model(root):
+    return Attack([], False, python=api(f"gelu_onnx.save('not a model', {str(root / 'o.onnx')!r})"))
+
+
+@case("api")
+def _check_with_an_empty_list_of_iterations(root):
+    a, b = fused(root)
+    return Attack([], False, python=api(f"gelu_onnx.check({str(a)!r}, {str(b)!r}, inputs=[])"))
