@@ -141,6 +141,7 @@ class GraphIndex:
         self._maybe_const: dict[str, bool | None] = {}
         self._names: set[str] | None = None
         self.shape_memo: dict[str, list | None] = {}  # fusion.shapes.elementwise_shape's
+        self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
 
     # -- names ---------------------------------------------------------------
     def node(self, i: int) -> NodeProto:

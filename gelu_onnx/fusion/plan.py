@@ -104,6 +104,9 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
         matches += ones
         misses += one_misses
         for m in matches:
+            if m.single_op is None:
+                idx.region_inputs[m.root] = [m.leaf, *sorted(m.consts)]
+        for m in matches:
             if not m.bias_inside:
                 find_bias(m)
         legacy, legacy_misses = find_legacy(idx)
@@ -208,7 +211,8 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
         replace_regions(idx.graph, regions)
     if not res.fusions:
         return
-    drop_dead_constants(m, dead)
+    graphs = [g.index.graph for g in plan.graphs]  # every graph of m (plan visited them all)
+    drop_dead_constants(m, dead, graphs)
     native.drop_unused_functions(m)
-    drop_stale_value_info(m)
+    drop_stale_value_info(m, graphs)
     target.finish(m, plan.opset, fn_dtype)

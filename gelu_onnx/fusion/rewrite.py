@@ -162,12 +162,15 @@ def replace_regions(graph: GraphProto, plans: list[tuple[Match, list[NodeProto],
                 nodes.insert(i + k, new)
         return
     kept: list[NodeProto] = []
-    for i, node in enumerate(graph.node):
-        if i in insert:
-            kept.extend(insert[i])
+    start = 0
+    for i in sorted(remove | insert.keys()):  # the edits in order; between them, runs of kept nodes
+        # copy out before clearing: kept originals are children of graph.node
+        kept.extend(_detach(node) for node in graph.node[start:i])
+        kept.extend(insert.get(i, ()))
         if i not in remove:
-            # copy out before clearing: kept originals are children of graph.node
-            kept.append(_detach(node))
+            kept.append(_detach(graph.node[i]))
+        start = i + 1
+    kept.extend(_detach(node) for node in graph.node[start:])
     del graph.node[:]
     graph.node.extend(kept)
 
@@ -218,14 +221,15 @@ def referenced_names(model: ModelProto) -> set[str]:
     return refs
 
 
-def drop_dead_constants(model: ModelProto, candidates: set[str]) -> None:
+def drop_dead_constants(model: ModelProto, candidates: set[str], graphs=None) -> None:
     """Delete Constant/folded nodes and initializers among ``candidates`` (the
     constants the fused regions read) that nothing reads any more, and then
     whatever only those read. One walk counts the readers of every name;
-    removals update the counts."""
+    removals update the counts. ``graphs``: every graph of the model, when
+    the caller has them (the plan does), else they are walked."""
     if not candidates:
         return
-    graphs = list(walk_graphs(model.graph))
+    graphs = list(walk_graphs(model.graph)) if graphs is None else list(graphs)
     readers: Counter = Counter()
     for g in graphs:
         readers.update(chain.from_iterable([n.input for n in g.node]))
@@ -262,8 +266,8 @@ def drop_dead_constants(model: ModelProto, candidates: set[str]) -> None:
         _remove_indices(g.initializer, drop_inits.get(gi))
 
 
-def drop_stale_value_info(model: ModelProto) -> None:
-    for g in walk_graphs(model.graph):
+def drop_stale_value_info(model: ModelProto, graphs=None) -> None:
+    for g in walk_graphs(model.graph) if graphs is None else graphs:
         if not len(g.value_info):
             continue
         defined = set(chain.from_iterable([n.output for n in g.node]))

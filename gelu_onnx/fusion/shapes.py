@@ -1,6 +1,8 @@
 """Shapes carried through elementwise nodes (GraphIndex.shape asks these
 before onnx's shape inference): ONNX's broadcast of the input shapes, back
-to declared shapes and constants."""
+to declared shapes and constants. A matched GELU region is elementwise over
+its x and constants, so its root's shape is their broadcast, taken in one
+step (GraphIndex.region_inputs) rather than node by node."""
 from __future__ import annotations
 
 from .graph import ELEMENTWISE
@@ -21,20 +23,23 @@ def elementwise_shape(idx, name: str) -> list | None:
             memo[n] = idx.value_shapes[n]
             stack.pop()
             continue
-        i = idx.producer.get(n)
-        if i is None or idx.ops[i] not in ELEMENTWISE or idx.domains[i] not in ("", "ai.onnx") \
-                or len(idx.outs[i]) != 1:
-            c = idx.constant(n) if i is not None and idx.ops[i] == "Constant" else None
-            memo[n] = list(c.value.shape) if c is not None else None
-            stack.pop()
-            continue
-        todo = [x for x in idx.ins[i] if x not in memo]
+        args = idx.region_inputs.get(n)  # a matched GELU's root: from its x and constants at once
+        if args is None:
+            i = idx.producer.get(n)
+            if i is None or idx.ops[i] not in ELEMENTWISE or idx.domains[i] not in ("", "ai.onnx") \
+                    or len(idx.outs[i]) != 1:
+                c = idx.constant(n) if i is not None and idx.ops[i] == "Constant" else None
+                memo[n] = list(c.value.shape) if c is not None else None
+                stack.pop()
+                continue
+            args = idx.ins[i]
+        todo = [x for x in args if x not in memo]
         if todo and n not in visiting:
             visiting.add(n)
             stack.extend(todo)
             continue
         # inputs known, or still not: back on a cycle, which reads as unknown
-        memo[n] = None if todo else broadcast([memo[x] for x in idx.ins[i]])
+        memo[n] = None if todo else broadcast([memo[x] for x in args])
         stack.pop()
     return memo.get(name)
 
