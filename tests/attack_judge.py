@@ -17,10 +17,8 @@ criteria:
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -28,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from hostile_corpus import snapshot  # noqa: F401 - the judge's view of a folder, shared with the first suite
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_BAD = (1, 2, 3)
@@ -61,30 +61,6 @@ class Result:
     stderr: bytes
     rss_mib: float
     seconds: float
-
-
-def snapshot(root: Path) -> dict:
-    """Every entry under root (links not followed, FIFOs never opened):
-    kind, permission bits and content hash."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            rel = os.path.relpath(p, root)
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", os.readlink(p))
-            elif stat.S_ISREG(st.st_mode) and st.st_size > 256 << 20:  # a sparse giant: not read
-                out[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns)
-            elif stat.S_ISREG(st.st_mode):
-                h = hashlib.sha256()
-                with open(p, "rb") as f:
-                    for chunk in iter(lambda: f.read(1 << 20), b""):
-                        h.update(chunk)
-                out[rel] = ("file", stat.S_IMODE(st.st_mode), h.hexdigest())
-            else:
-                out[rel] = (stat.filemode(st.st_mode), st.st_rdev)
-    return out
 
 
 def _env(extra: dict) -> dict:

@@ -413,7 +413,9 @@ def build_case(name: str, root: Path) -> Case:
 
 
 def snapshot(root: Path) -> dict:
-    """Every entry under root: kind + content hash (regular files), never opening FIFOs."""
+    """Every entry under root (links not followed, FIFOs never opened): kind,
+    permission bits and content hash; a sparse giant (> 256 MiB, never read)
+    by size and mtime."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
@@ -422,13 +424,16 @@ def snapshot(root: Path) -> dict:
             rel = os.path.relpath(p, root)
             if stat.S_ISLNK(st.st_mode):
                 out[rel] = ("link", os.readlink(p))
+            elif stat.S_ISREG(st.st_mode) and st.st_size > 256 << 20:
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns)
             elif stat.S_ISREG(st.st_mode):
-                if st.st_size > 64 << 20:  # the sparse 2 GiB file: size + mtime
-                    out[rel] = ("file", st.st_size, st.st_mtime_ns)
-                else:
-                    out[rel] = ("file", hashlib.sha256(Path(p).read_bytes()).hexdigest())
+                h = hashlib.sha256()
+                with open(p, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        h.update(chunk)
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), h.hexdigest())
             else:
-                out[rel] = (stat.S_IFMT(st.st_mode),)
+                out[rel] = (stat.filemode(st.st_mode), st.st_rdev)
     return out
 
 
