@@ -39,6 +39,7 @@ def test_wheel_is_publishable(wheel):
     assert "-py3-none-" in wheel.name and wheel.name.endswith("_x86_64.whl"), wheel.name  # no CPython ABI
     names = zipfile.ZipFile(wheel).namelist()
     assert "gelu_onnx/_lib/libgelu_onnx_ort.so" in names and "gelu_onnx/_lib/build_info.json" in names
+    assert "gelu_onnx/_lib/libgelu_onnx_scan.so" in names
     assert "gelu_onnx/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert not [n for n in names if n.rsplit("/", 1)[-1].endswith("_test") or "/tests/" in n], names

@@ -1,0 +1,206 @@
+"""The native model scanner (plugins/scan, loaded with ctypes): a model
+file's bytes read once into flat numpy arrays, for the fuse pass's per-node
+work without one Python object per node.
+
+``scan(data)`` returns a ``Scan`` or None: None when the library is not
+built (a source checkout), is turned off (``GELU_ONNX_SCAN=0``), or the
+bytes are anything it does not map exactly (malformed, protobuf groups, the
+graph field twice, a name that is not UTF-8 or holds a NUL, sparse
+initializers...). None always means: take the ordinary Python path, which
+reads, refuses and words everything as before. A Scan is a fact about bytes
+that protobuf also parsed; nothing here refuses a file.
+
+The arrays (main graph only): per node ``node_op``, ``node_dom``,
+``node_name`` (string ids), ``node_flags`` (NF_*), ``node_start`` /
+``node_end`` (the node's field in the file, key included), inputs
+``in_ids[node_in_off[i]:node_in_off[i+1]]`` and outputs likewise (id 0 is
+"": an omitted optional name), attributes ``attr_*`` by ``node_attr_off``
+(their fields' spans, names, NF_* flags); per initializer ``init_name``,
+``init_dtype``, dims by ``init_dims_off``, ``init_flags`` (IF_*),
+``init_ext`` (external_data entries), ``init_loc`` (data_location as
+stored), ``init_raw_start`` / ``init_raw_len`` (-1: no raw_data),
+``init_typed`` (values per typed data field, 6 per tensor: float, int32,
+string, int64, double, uint64), ``init_start`` / ``init_end``; the graph's
+``input_name``, ``output_name``, ``vi_name`` (+ ``vi_start`` / ``vi_end``);
+``model_info`` = the graph field's key, value start and end; ``names``: the
+string table.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+LIBRARY = "libgelu_onnx_scan.so"
+ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
+ENV_SWITCH = "GELU_ONNX_SCAN"  # "0": never use the scanner
+ABI_VERSION = 1
+
+OK, MALFORMED, UNSUPPORTED = 0, 1, 2
+# node_flags / attr_flags (plugins/scan/gelu_onnx_scan.cpp)
+NF_DEVICE, NF_OVERLOAD, NF_SUBGRAPH, NF_REF, NF_TENSOR, NF_TYPEPROTO, NF_METADATA = 1, 2, 4, 8, 16, 32, 64
+# init_flags
+IF_SEGMENT, IF_RAW, IF_RAW_TWICE, IF_METADATA, IF_DOC = 1, 2, 4, 8, 16
+# str_flags
+SF_BAD_UTF8, SF_NUL = 1, 2
+
+_I32 = ("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
+        "node_attr_off", "attr_name", "attr_flags", "init_name", "init_dtype", "init_dims_off", "init_flags",
+        "init_ext", "input_name", "output_name", "vi_name", "str_flags", "node_start", "node_end", "attr_start",
+        "attr_end", "init_start", "init_end", "init_raw_start", "init_raw_len", "vi_start", "vi_end", "str_off")
+_I64 = ("init_dims", "init_loc", "init_typed", "model_info")
+
+_lib = None  # the loaded library, False when there is none
+
+
+def _library():
+    global _lib
+    if _lib is None:
+        _lib = False
+        from ..libs import find
+
+        path = find(LIBRARY, ENV_LIBRARY)
+        if path is not None:
+            try:
+                lib = ctypes.CDLL(str(path))
+                lib.gos_version.restype = ctypes.c_int32
+                if lib.gos_version() == ABI_VERSION:
+                    lib.gos_scan.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+                    lib.gos_scan.restype = ctypes.c_void_p
+                    lib.gos_status.argtypes = [ctypes.c_void_p]
+                    lib.gos_message.argtypes = [ctypes.c_void_p]
+                    lib.gos_message.restype = ctypes.c_char_p
+                    for f, t in (("gos_i32", ctypes.c_int32), ("gos_i64", ctypes.c_int64)):
+                        fn = getattr(lib, f)
+                        fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(t))]
+                        fn.restype = ctypes.c_int64
+                    lib.gos_blob.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
+                    lib.gos_blob.restype = ctypes.c_int64
+                    lib.gos_free.argtypes = [ctypes.c_void_p]
+                    lib.gos_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64]
+                    lib.gos_find.restype = ctypes.c_int64
+                    lib.gos_find_many.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
+                                                  ctypes.c_int64, ctypes.POINTER(ctypes.c_int32)]
+                    lib.gos_find_many.restype = ctypes.c_int64
+                    _lib = lib
+            except (OSError, AttributeError):
+                _lib = False
+    return _lib or None
+
+
+def available() -> bool:
+    """Whether scan() can run (the library is built and not turned off)."""
+    return os.environ.get(ENV_SWITCH, "1") != "0" and _library() is not None
+
+
+class Names:
+    """String id -> str, decoded on first use (a big graph has millions)."""
+
+    def __init__(self, blob: bytes, off: np.ndarray):
+        self._blob, self._off = blob, off.tolist()
+        self._cache: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._off) - 1
+
+    def __getitem__(self, i: int) -> str:
+        s = self._cache.get(i)
+        if s is None:
+            s = self._cache[i] = self._blob[self._off[i]:self._off[i + 1] - 1].decode("utf-8")
+        return s
+
+    def raw(self, i: int) -> bytes:
+        """The string's bytes as stored (as it is written back)."""
+        return self._blob[self._off[i]:self._off[i + 1] - 1]
+
+    def take(self, ids) -> list[str]:
+        """[names[i] for i in ids], decoding each distinct id once."""
+        ids = np.asarray(ids)
+        if not len(ids):
+            return []
+        uniq, inv = np.unique(ids, return_inverse=True)
+        table = np.array([self[int(i)] for i in uniq], dtype=object)
+        return table[inv.reshape(-1)].tolist()
+
+
+class Scan:
+    """One model's main graph as arrays (see the module doc); ``find`` looks
+    a string up in the scanner's own table (no Python dict of every name)."""
+
+    def __init__(self, lib, handle, status: int, message: str, arrays: dict, blob: bytes):
+        self._lib, self._handle = lib, handle
+        self.status, self.message, self.arrays = status, message, arrays
+        self.names = Names(blob, arrays["str_off"])
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["arrays"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.arrays["node_op"])
+
+    def find(self, name: str) -> int:
+        """The id of ``name``, -1 when the model has no such string."""
+        b = name.encode("utf-8", "surrogatepass")
+        return int(self._lib.gos_find(self._handle, b, len(b)))
+
+    def find_many(self, names) -> np.ndarray:
+        """find() of each name, as an int32 array."""
+        raw = [n.encode("utf-8", "surrogatepass") for n in names]
+        off = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum([len(b) for b in raw], out=off[1:])
+        out = np.empty(len(raw), np.int32)
+        if raw:
+            blob = b"".join(raw)
+            self._lib.gos_find_many(self._handle, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+                                    len(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
+        return out
+
+    def __del__(self):
+        h, self._handle = getattr(self, "_handle", None), None
+        if h:
+            self._lib.gos_free(h)
+
+
+def raw_scan(data: bytes) -> Scan | None:
+    """The scanner's answer for ``data`` whatever its status (tests), or None
+    without a library."""
+    lib = _library()
+    if lib is None:
+        return None
+    handle = lib.gos_scan(data, len(data))
+    if not handle:
+        return None
+    try:
+        status = lib.gos_status(handle)
+        message = lib.gos_message(handle).decode("utf-8", "replace")
+        arrays = {}
+        for names, ctype, fn, dtype in ((_I32, ctypes.c_int32, lib.gos_i32, np.int32),
+                                        (_I64, ctypes.c_int64, lib.gos_i64, np.int64)):
+            for name in names:
+                ptr = ctypes.POINTER(ctype)()
+                n = fn(handle, name.encode(), ctypes.byref(ptr))
+                arrays[name] = (np.ctypeslib.as_array(ptr, (n,)).copy() if n > 0
+                                else np.zeros(0, dtype))
+        blob = ctypes.c_char_p()
+        n = lib.gos_blob(handle, ctypes.byref(blob))
+        raw = ctypes.string_at(blob, n) if n > 0 else b""
+    except BaseException:
+        lib.gos_free(handle)
+        raise
+    return Scan(lib, handle, status, message, arrays, raw)
+
+
+def scan(data: bytes) -> Scan | None:
+    """A Scan of ``data`` when the scanner maps it exactly, else None (see
+    the module doc: None means the ordinary Python path)."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None
+    s = raw_scan(data)
+    if s is None or s.status != OK or (s.str_flags & (SF_BAD_UTF8 | SF_NUL)).any():
+        return None
+    return s

@@ -1,0 +1,748 @@
+// gelu-onnx: one pass over a serialized ModelProto's main graph (see the header).
+//
+// Field numbers and wire types are onnx.proto's (ModelProto.graph = 7,
+// GraphProto.node = 1, ...). Protobuf semantics mirrored here: a singular
+// scalar or string field given twice keeps the last value, repeated fields
+// accept packed and unpacked encodings. Anything else that protobuf would
+// merge or reinterpret (a singular message twice, a known field with another
+// wire type, groups) makes the result GOS_UNSUPPORTED.
+#include "gelu_onnx_scan.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int32_t kVersion = 1;
+
+enum Wire { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
+
+// node_flags / attr_flags
+constexpr int32_t NF_DEVICE = 1, NF_OVERLOAD = 2, NF_SUBGRAPH = 4, NF_REF = 8, NF_TENSOR = 16,
+                  NF_TYPEPROTO = 32, NF_METADATA = 64;
+// init_flags
+constexpr int32_t IF_SEGMENT = 1, IF_RAW = 2, IF_RAW_TWICE = 4, IF_METADATA = 8, IF_DOC = 16;
+// str_flags
+constexpr int32_t SF_BAD_UTF8 = 1, SF_NUL = 2;
+
+struct Stop {  // thrown to end the scan with a status (caught in gos_scan)
+  int status;
+  const char* why;
+};
+
+[[noreturn]] void malformed(const char* why) { throw Stop{GOS_MALFORMED, why}; }
+[[noreturn]] void unsupported(const char* why) { throw Stop{GOS_UNSUPPORTED, why}; }
+
+// A field read off the wire: number, wire type, and where it lies.
+struct Field {
+  uint32_t num;
+  int wt;
+  const uint8_t* start;  // the key's first byte
+  const uint8_t* val;    // the value (after the length for kLen)
+  const uint8_t* end;    // one past the field
+  uint64_t v;            // the value of a varint / fixed field
+};
+
+inline uint64_t varint(const uint8_t*& p, const uint8_t* end) {
+  uint64_t r = 0;
+  for (int shift = 0; shift < 70; shift += 7) {
+    if (p >= end) malformed("a varint runs past the end of its message");
+    uint8_t b = *p++;
+    if (shift == 63 && b > 1) malformed("a varint overflows 64 bits");
+    r |= uint64_t(b & 0x7F) << shift;
+    if (b < 0x80) return r;
+  }
+  malformed("a varint is longer than 10 bytes");
+}
+
+// The next field of the message [p, end); p moves past it.
+inline Field next(const uint8_t*& p, const uint8_t* end) {
+  Field f{};
+  f.start = p;
+  uint64_t key = varint(p, end);
+  if (key >> 32) malformed("a field number is out of range");
+  f.num = uint32_t(key >> 3);
+  f.wt = int(key & 7);
+  if (f.num == 0) malformed("field number 0");
+  if (f.num > 536870911u) malformed("a field number is out of range");
+  switch (f.wt) {
+    case kVarint:
+      f.val = p;
+      f.v = varint(p, end);
+      break;
+    case kFixed64:
+      if (end - p < 8) malformed("a fixed64 runs past the end of its message");
+      f.val = p;
+      std::memcpy(&f.v, p, 8);
+      p += 8;
+      break;
+    case kFixed32: {
+      if (end - p < 4) malformed("a fixed32 runs past the end of its message");
+      uint32_t x;
+      std::memcpy(&x, p, 4);
+      f.val = p;
+      f.v = x;
+      p += 4;
+      break;
+    }
+    case kLen: {
+      uint64_t n = varint(p, end);
+      if (n > uint64_t(end - p)) malformed("a length runs past the end of its message");
+      f.val = p;
+      f.v = n;
+      p += n;
+      break;
+    }
+    case kStartGroup:
+    case kEndGroup:
+      unsupported("protobuf groups");
+    default:
+      malformed("an invalid wire type");
+  }
+  f.end = p;
+  return f;
+}
+
+inline void want(const Field& f, int wt) {
+  if (f.wt != wt) unsupported("a known field with another wire type");
+}
+
+// Packed or unpacked repeated scalars: how many values a field holds.
+int64_t count_repeated(const Field& f, int scalar_wt) {
+  if (f.wt == scalar_wt) return 1;
+  if (f.wt != kLen) unsupported("a known field with another wire type");
+  int64_t len = int64_t(f.v);
+  if (scalar_wt == kFixed32) {
+    if (len % 4) malformed("a packed fixed32 field's length is not a multiple of 4");
+    return len / 4;
+  }
+  if (scalar_wt == kFixed64) {
+    if (len % 8) malformed("a packed fixed64 field's length is not a multiple of 8");
+    return len / 8;
+  }
+  int64_t n = 0;
+  const uint8_t* q = f.val;
+  while (q < f.end) {
+    varint(q, f.end);
+    ++n;
+  }
+  return n;
+}
+
+bool utf8_ok(const uint8_t* s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t k;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      k = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      k = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      k = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (n - i <= k) return false;
+    for (size_t j = 1; j <= k; ++j) {
+      if ((s[i + j] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (s[i + j] & 0x3F);
+    }
+    if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000)) return false;  // overlong
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+inline uint64_t hash_bytes(const uint8_t* s, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xFF51AFD7ED558CCDull);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s + i, 8);
+    h = (h ^ w) * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, s + i, n - i);
+  h = (h ^ w) * 0x165667B19E3779F9ull;
+  h ^= h >> 32;
+  return h;
+}
+
+// Every distinct string once, in first-seen order (id 0 is ""). The scan
+// records where each string occurs (note); resolve() then interns them all
+// in order, with the table slot of a string a few ahead prefetched: every
+// probe of a big table is a cache miss, and so they overlap. Names are also
+// mostly read right after they are written (a node's output is the next
+// node's input): a small direct-mapped cache of recent strings answers those
+// without the table.
+class Strings {
+ public:
+  void start(size_t expected, const uint8_t* base) {
+    base_ = base;
+    size_t n = 1 << 12;
+    while (n < 2 * expected && n < (size_t(1) << 30)) n <<= 1;
+    slots_.assign(n, 0);
+    hot_.assign(kHot, 0);
+    note(base, 0);  // occurrence 0: "" (absent strings read as it)
+  }
+
+  // Where a string occurs; returns the occurrence's index.
+  int32_t note(const uint8_t* s, size_t n) {
+    if (occ_pos_.size() >= 0x7FFFFFF0u) unsupported("too many names");
+    occ_pos_.push_back(uint32_t(s - base_));
+    occ_len_.push_back(uint32_t(n));
+    return int32_t(occ_pos_.size() - 1);
+  }
+
+  // The id of every occurrence.
+  std::vector<int32_t> resolve() {
+    size_t m = occ_pos_.size();
+    std::vector<uint64_t> h(m);
+    for (size_t k = 0; k < m; ++k) h[k] = hash_bytes(base_ + occ_pos_[k], occ_len_[k]);
+    std::vector<int32_t> ids(m);
+    constexpr size_t kAhead = 16;
+    for (size_t k = 0; k < m; ++k) {
+      if (k + kAhead < m) __builtin_prefetch(&slots_[size_t(h[k + kAhead]) & (slots_.size() - 1)]);
+      ids[k] = intern(base_ + occ_pos_[k], occ_len_[k], h[k]);
+    }
+    std::vector<uint32_t>().swap(occ_pos_);
+    std::vector<uint32_t>().swap(occ_len_);
+    std::vector<uint64_t>().swap(hashes_);
+    base_ = nullptr;  // the caller's bytes may go away now
+    return ids;
+  }
+
+  // The id of a string, or -1 (after resolve()).
+  int32_t find(const uint8_t* s, size_t n) const {
+    uint64_t h = hash_bytes(s, n);
+    uint64_t tag = (h >> 32) | 1;
+    size_t mask = slots_.size() - 1;
+    for (size_t i = size_t(h) & mask;; i = (i + 1) & mask) {
+      uint64_t slot = slots_[i];
+      if (slot == 0) return -1;
+      int32_t id = int32_t(uint32_t(slot));
+      if ((slot >> 32) == tag && same(id, s, n)) return id;
+    }
+  }
+
+  std::string blob_;
+  std::vector<int32_t> off_{0};
+  std::vector<int32_t> flags_;
+
+ private:
+  static constexpr size_t kHot = 4096;
+
+  int32_t intern(const uint8_t* s, size_t n, uint64_t h) {
+    uint64_t tag = (h >> 32) | 1;  // never 0: a slot is (tag << 32 | id), 0 = empty
+    uint64_t& hot = hot_[(h >> 20) & (kHot - 1)];
+    if ((hot >> 32) == tag && same(int32_t(uint32_t(hot)), s, n)) return int32_t(uint32_t(hot));
+    size_t mask = slots_.size() - 1;
+    for (size_t i = size_t(h) & mask;; i = (i + 1) & mask) {
+      uint64_t slot = slots_[i];
+      if (slot == 0) {
+        int32_t id = add(s, n, h, i);
+        hot = (tag << 32) | uint32_t(id);
+        return id;
+      }
+      int32_t id = int32_t(uint32_t(slot));
+      if ((slot >> 32) == tag && same(id, s, n)) {
+        hot = slot;
+        return id;
+      }
+    }
+  }
+
+  bool same(int32_t id, const uint8_t* s, size_t n) const {
+    return size_t(off_[id + 1] - off_[id] - 1) == n && std::memcmp(blob_.data() + off_[id], s, n) == 0;
+  }
+
+  int32_t add(const uint8_t* s, size_t n, uint64_t h, size_t slot) {
+    if (flags_.size() >= 0x7FFFFFF0u || blob_.size() + n + 1 > 0x7FFFFFF0u) unsupported("too many names");
+    int32_t id = int32_t(flags_.size());
+    blob_.append(reinterpret_cast<const char*>(s), n);
+    blob_.push_back('\0');
+    off_.push_back(int32_t(blob_.size()));
+    flags_.push_back((utf8_ok(s, n) ? 0 : SF_BAD_UTF8) | (std::memchr(s, 0, n) ? SF_NUL : 0));
+    hashes_.push_back(h);
+    slots_[slot] = (((h >> 32) | 1) << 32) | uint32_t(id);
+    if (flags_.size() * 2 > slots_.size()) grow();
+    return id;
+  }
+
+  void grow() {
+    std::vector<uint64_t> bigger(slots_.size() * 2, 0);
+    size_t mask = bigger.size() - 1;
+    for (size_t id = 0; id < hashes_.size(); ++id) {
+      uint64_t h = hashes_[id];
+      size_t i = size_t(h) & mask;
+      while (bigger[i]) i = (i + 1) & mask;
+      bigger[i] = (((h >> 32) | 1) << 32) | uint32_t(id);
+    }
+    slots_.swap(bigger);
+  }
+
+  const uint8_t* base_ = nullptr;
+  std::vector<uint32_t> occ_pos_, occ_len_;
+  std::vector<uint64_t> slots_, hot_;
+  std::vector<uint64_t> hashes_;
+};
+
+}  // namespace
+
+struct gos_result {
+  int status = GOS_OK;
+  std::string message;
+  Strings strings;
+  std::vector<int32_t> node_op, node_dom, node_name, node_flags, node_in_off, in_ids, node_out_off, out_ids, node_attr_off, attr_name, attr_flags, init_name, init_dtype, init_dims_off, init_flags, init_ext, input_name, output_name, vi_name, str_flags;
+  // spans: int32 is enough (the file is under 2 GiB)
+  std::vector<int32_t> node_start, node_end, attr_start, attr_end, init_start, init_end, init_raw_start, init_raw_len,
+      vi_start, vi_end, str_off;
+  std::vector<int64_t> init_dims, init_loc, init_typed, model_info;
+};
+
+namespace {
+
+class Scanner {
+ public:
+  Scanner(gos_result& r, const uint8_t* base, size_t size) : r_(r), base_(base), s_(r.strings) {
+    // Room for what a file of this size typically holds; reserved, not
+    // touched (the vectors still grow if a file holds more).
+    size_t nodes = size / 16 + 16;
+    s_.start(size / 24 + 16, base);
+    for (auto* v : {&r_.node_op, &r_.node_dom, &r_.node_name, &r_.node_flags, &r_.node_in_off, &r_.node_out_off,
+                    &r_.node_attr_off, &r_.node_start, &r_.node_end, &r_.out_ids})
+      v->reserve(nodes);
+    r_.in_ids.reserve(2 * nodes);
+    s_.blob_.reserve(size / 3);
+    s_.off_.reserve(size / 12);
+    s_.flags_.reserve(size / 12);
+    r_.node_in_off.push_back(0);
+    r_.node_out_off.push_back(0);
+    r_.node_attr_off.push_back(0);
+    r_.init_dims_off.push_back(0);
+  }
+
+  void model(const uint8_t* p, const uint8_t* end) {
+    int graphs = 0;
+    const uint8_t* gstart = nullptr;
+    const uint8_t* gval = nullptr;
+    const uint8_t* gend = nullptr;
+    while (p < end) {
+      Field f = next(p, end);
+      if (f.num == 7) {
+        want(f, kLen);
+        ++graphs;
+        gstart = f.start;
+        gval = f.val;
+        gend = f.end;
+      }
+    }
+    if (graphs != 1) unsupported("not exactly one graph field");
+    graph(gval, gend);
+    r_.model_info = {gstart - base_, gval - base_, gend - base_};
+  }
+
+  // Occurrence indices -> string ids, in every array that holds names.
+  void resolve() {
+    std::vector<int32_t> id = s_.resolve();
+    for (auto* v : {&r_.node_op, &r_.node_dom, &r_.node_name, &r_.in_ids, &r_.out_ids, &r_.attr_name,
+                    &r_.init_name, &r_.input_name, &r_.output_name, &r_.vi_name})
+      for (int32_t& x : *v) x = id[size_t(x)];
+  }
+
+ private:
+  int32_t pos(const uint8_t* p) const { return int32_t(p - base_); }
+
+  int32_t str(const Field& f) {
+    want(f, kLen);
+    return s_.note(f.val, size_t(f.v));
+  }
+
+  void graph(const uint8_t* p, const uint8_t* end) {
+    while (p < end) {
+      Field f = next(p, end);
+      switch (f.num) {
+        case 1:
+          want(f, kLen);
+          node(f);
+          break;
+        case 5:
+          want(f, kLen);
+          initializer(f);
+          break;
+        case 11:
+          r_.input_name.push_back(value_info(f, false));
+          break;
+        case 12:
+          r_.output_name.push_back(value_info(f, false));
+          break;
+        case 13:
+          r_.vi_name.push_back(value_info(f, true));
+          break;
+        case 15:
+          unsupported("sparse initializers");
+        case 2:
+        case 10:
+          want(f, kLen);
+          break;
+        case 14:
+        case 16:
+          want(f, kLen);
+          break;
+        default:
+          break;  // unknown fields: kept by protobuf, unused here
+      }
+    }
+  }
+
+  void node(const Field& nf) {
+    int32_t op = 0, dom = 0, name = 0, flags = 0;
+    const uint8_t* p = nf.val;
+    while (p < nf.end) {
+      Field f = next(p, nf.end);
+      switch (f.num) {
+        case 1:
+          r_.in_ids.push_back(str(f));
+          break;
+        case 2:
+          r_.out_ids.push_back(str(f));
+          break;
+        case 3:
+          name = str(f);
+          break;
+        case 4:
+          op = str(f);
+          break;
+        case 7:
+          dom = str(f);
+          break;
+        case 8:
+          want(f, kLen);
+          flags |= NF_OVERLOAD;
+          break;
+        case 5:
+          want(f, kLen);
+          flags |= attribute(f);
+          break;
+        case 6:
+          want(f, kLen);
+          break;
+        case 9:
+          want(f, kLen);
+          flags |= NF_METADATA;
+          break;
+        case 10:
+          want(f, kLen);
+          flags |= NF_DEVICE;
+          break;
+        default:
+          break;
+      }
+    }
+    if (r_.in_ids.size() > 0x7FFFFFF0u || r_.out_ids.size() > 0x7FFFFFF0u || r_.attr_start.size() > 0x7FFFFFF0u)
+      unsupported("too many names");
+    r_.node_op.push_back(op);
+    r_.node_dom.push_back(dom);
+    r_.node_name.push_back(name);
+    r_.node_flags.push_back(flags);
+    r_.node_in_off.push_back(int32_t(r_.in_ids.size()));
+    r_.node_out_off.push_back(int32_t(r_.out_ids.size()));
+    r_.node_attr_off.push_back(int32_t(r_.attr_start.size()));
+    r_.node_start.push_back(pos(nf.start));
+    r_.node_end.push_back(pos(nf.end));
+  }
+
+  int32_t attribute(const Field& af) {
+    int32_t name = 0, flags = 0;
+    const uint8_t* p = af.val;
+    while (p < af.end) {
+      Field f = next(p, af.end);
+      switch (f.num) {
+        case 1:
+          name = str(f);
+          break;
+        case 21:
+          want(f, kLen);
+          flags |= NF_REF;
+          break;
+        case 13:
+        case 4:
+          want(f, kLen);
+          break;
+        case 20:
+        case 3:
+          want(f, kVarint);
+          break;
+        case 2:
+          want(f, kFixed32);
+          break;
+        case 5:
+        case 10:
+        case 22:
+        case 23:
+          want(f, kLen);
+          flags |= NF_TENSOR;
+          break;
+        case 6:
+        case 11:
+          want(f, kLen);
+          flags |= NF_SUBGRAPH;
+          break;
+        case 14:
+        case 15:
+          want(f, kLen);
+          flags |= NF_TYPEPROTO;
+          break;
+        case 7:
+          count_repeated(f, kFixed32);
+          break;
+        case 8:
+          count_repeated(f, kVarint);
+          break;
+        case 9:
+          want(f, kLen);
+          break;
+        default:
+          break;
+      }
+    }
+    r_.attr_name.push_back(name);
+    r_.attr_flags.push_back(flags);
+    r_.attr_start.push_back(pos(af.start));
+    r_.attr_end.push_back(pos(af.end));
+    return flags;
+  }
+
+  void initializer(const Field& tf) {
+    int32_t name = 0, flags = 0, ext = 0;
+    int64_t dtype = 0, loc = 0;
+    int32_t raw_start = -1, raw_len = -1;
+    int64_t typed[6] = {0, 0, 0, 0, 0, 0};
+    auto& dims = r_.init_dims;
+    const uint8_t* p = tf.val;
+    while (p < tf.end) {
+      Field f = next(p, tf.end);
+      switch (f.num) {
+        case 1:
+          if (f.wt == kVarint) {
+            dims.push_back(int64_t(f.v));
+          } else {
+            want(f, kLen);
+            const uint8_t* q = f.val;
+            while (q < f.end) dims.push_back(int64_t(varint(q, f.end)));
+          }
+          break;
+        case 2:
+          want(f, kVarint);
+          dtype = int64_t(int32_t(uint32_t(f.v)));  // int32 field: protobuf truncates
+          break;
+        case 3:
+          want(f, kLen);
+          flags |= IF_SEGMENT;
+          break;
+        case 4:
+          typed[0] += count_repeated(f, kFixed32);
+          break;
+        case 5:
+          typed[1] += count_repeated(f, kVarint);
+          break;
+        case 6:
+          want(f, kLen);
+          typed[2] += 1;
+          break;
+        case 7:
+          typed[3] += count_repeated(f, kVarint);
+          break;
+        case 10:
+          typed[4] += count_repeated(f, kFixed64);
+          break;
+        case 11:
+          typed[5] += count_repeated(f, kVarint);
+          break;
+        case 8:
+          name = str(f);
+          break;
+        case 9:
+          want(f, kLen);
+          if (flags & IF_RAW) flags |= IF_RAW_TWICE;
+          flags |= IF_RAW;
+          raw_start = pos(f.val);
+          raw_len = int32_t(f.v);
+          break;
+        case 12:
+          want(f, kLen);
+          flags |= IF_DOC;
+          break;
+        case 13:
+          want(f, kLen);
+          ++ext;
+          break;
+        case 14:
+          want(f, kVarint);
+          loc = int64_t(f.v);  // an enum: values outside it are the caller's to judge
+          break;
+        case 16:
+          want(f, kLen);
+          flags |= IF_METADATA;
+          break;
+        default:
+          break;
+      }
+    }
+    if (dims.size() > 0x7FFFFFF0u) unsupported("too many dims");
+    r_.init_name.push_back(name);
+    r_.init_dtype.push_back(int32_t(dtype));
+    r_.init_dims_off.push_back(int32_t(dims.size()));
+    r_.init_flags.push_back(flags);
+    r_.init_ext.push_back(ext);
+    r_.init_start.push_back(pos(tf.start));
+    r_.init_end.push_back(pos(tf.end));
+    r_.init_loc.push_back(loc);
+    r_.init_raw_start.push_back(raw_start);
+    r_.init_raw_len.push_back(raw_len);
+    auto& t = r_.init_typed;
+    t.insert(t.end(), typed, typed + 6);
+  }
+
+  int32_t value_info(const Field& vf, bool spans) {
+    want(vf, kLen);
+    int32_t name = 0;
+    const uint8_t* p = vf.val;
+    while (p < vf.end) {
+      Field f = next(p, vf.end);
+      if (f.num == 1) {
+        name = str(f);
+      } else if (f.num == 2 || f.num == 3 || f.num == 4) {
+        want(f, kLen);
+      }
+    }
+    if (spans) {
+      r_.vi_start.push_back(pos(vf.start));
+      r_.vi_end.push_back(pos(vf.end));
+    }
+    return name;
+  }
+
+  gos_result& r_;
+  const uint8_t* base_;
+  Strings& s_;
+};
+
+}  // namespace
+
+namespace {
+template <class T>
+int64_t expose(const std::vector<T>& v, const T** out) {
+  *out = v.empty() ? nullptr : v.data();
+  return int64_t(v.size());
+}
+
+}  // namespace
+
+extern "C" {
+
+gos_result* gos_scan(const uint8_t* data, size_t size) {
+  gos_result* r = new (std::nothrow) gos_result();
+  if (r == nullptr) return nullptr;
+  try {
+    if (data == nullptr && size) malformed("no data");
+    if (size > 0x7FFFFFFFu) unsupported("over 2 GiB");
+    Scanner sc(*r, data, size);
+    sc.model(data, data + size);
+    sc.resolve();
+  } catch (const Stop& s) {
+    r->status = s.status;
+    r->message = s.why;
+  } catch (const std::bad_alloc&) {
+    r->status = GOS_UNSUPPORTED;
+    r->message = "out of memory";
+  }
+  r->str_off = r->strings.off_;
+  r->str_flags = r->strings.flags_;
+  return r;
+}
+
+int gos_status(const gos_result* r) { return r->status; }
+
+const char* gos_message(const gos_result* r) { return r->message.c_str(); }
+
+int64_t gos_i32(const gos_result* r, const char* name, const int32_t** out) {
+  if (!std::strcmp(name, "node_op")) return expose(r->node_op, out);
+  if (!std::strcmp(name, "node_dom")) return expose(r->node_dom, out);
+  if (!std::strcmp(name, "node_name")) return expose(r->node_name, out);
+  if (!std::strcmp(name, "node_flags")) return expose(r->node_flags, out);
+  if (!std::strcmp(name, "node_in_off")) return expose(r->node_in_off, out);
+  if (!std::strcmp(name, "in_ids")) return expose(r->in_ids, out);
+  if (!std::strcmp(name, "node_out_off")) return expose(r->node_out_off, out);
+  if (!std::strcmp(name, "out_ids")) return expose(r->out_ids, out);
+  if (!std::strcmp(name, "node_attr_off")) return expose(r->node_attr_off, out);
+  if (!std::strcmp(name, "attr_name")) return expose(r->attr_name, out);
+  if (!std::strcmp(name, "attr_flags")) return expose(r->attr_flags, out);
+  if (!std::strcmp(name, "init_name")) return expose(r->init_name, out);
+  if (!std::strcmp(name, "init_dtype")) return expose(r->init_dtype, out);
+  if (!std::strcmp(name, "init_dims_off")) return expose(r->init_dims_off, out);
+  if (!std::strcmp(name, "init_flags")) return expose(r->init_flags, out);
+  if (!std::strcmp(name, "init_ext")) return expose(r->init_ext, out);
+  if (!std::strcmp(name, "input_name")) return expose(r->input_name, out);
+  if (!std::strcmp(name, "output_name")) return expose(r->output_name, out);
+  if (!std::strcmp(name, "vi_name")) return expose(r->vi_name, out);
+  if (!std::strcmp(name, "str_flags")) return expose(r->str_flags, out);
+  if (!std::strcmp(name, "node_start")) return expose(r->node_start, out);
+  if (!std::strcmp(name, "node_end")) return expose(r->node_end, out);
+  if (!std::strcmp(name, "attr_start")) return expose(r->attr_start, out);
+  if (!std::strcmp(name, "attr_end")) return expose(r->attr_end, out);
+  if (!std::strcmp(name, "init_start")) return expose(r->init_start, out);
+  if (!std::strcmp(name, "init_end")) return expose(r->init_end, out);
+  if (!std::strcmp(name, "init_raw_start")) return expose(r->init_raw_start, out);
+  if (!std::strcmp(name, "init_raw_len")) return expose(r->init_raw_len, out);
+  if (!std::strcmp(name, "vi_start")) return expose(r->vi_start, out);
+  if (!std::strcmp(name, "vi_end")) return expose(r->vi_end, out);
+  if (!std::strcmp(name, "str_off")) return expose(r->str_off, out);
+  return -1;
+}
+
+int64_t gos_i64(const gos_result* r, const char* name, const int64_t** out) {
+  if (!std::strcmp(name, "init_dims")) return expose(r->init_dims, out);
+  if (!std::strcmp(name, "init_loc")) return expose(r->init_loc, out);
+  if (!std::strcmp(name, "init_typed")) return expose(r->init_typed, out);
+  if (!std::strcmp(name, "model_info")) return expose(r->model_info, out);
+  return -1;
+}
+
+int64_t gos_blob(const gos_result* r, const char** out) {
+  *out = r->strings.blob_.data();
+  return int64_t(r->strings.blob_.size());
+}
+
+int64_t gos_find(const gos_result* r, const char* s, int64_t n) {
+  if (r->status != GOS_OK || n < 0) return -1;
+  return r->strings.find(reinterpret_cast<const uint8_t*>(s), size_t(n));
+}
+
+int64_t gos_find_many(const gos_result* r, const char* blob, const int64_t* off, int64_t count, int32_t* out) {
+  if (r->status != GOS_OK) return -1;
+  for (int64_t k = 0; k < count; ++k) {
+    if (off[k + 1] < off[k]) return -1;
+    out[k] = r->strings.find(reinterpret_cast<const uint8_t*>(blob + off[k]), size_t(off[k + 1] - off[k]));
+  }
+  return count;
+}
+
+void gos_free(gos_result* r) { delete r; }
+
+int32_t gos_version(void) { return kVersion; }
+
+}  // extern "C"
