@@ -8,10 +8,9 @@ The index is built once per graph in O(nodes) and never copies tensors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from onnx import GraphProto, NodeProto, TensorProto
 
-import numpy as np
-from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
+from .constants import ConstInfo, constant_node_value, elem_type_of, fold, tensor_value
 
 from ..onnxio.walk import subgraphs
 
@@ -40,17 +39,6 @@ def outer_references(graph: GraphProto) -> set[str]:
     return used - defined
 
 
-@dataclass
-class ConstInfo:
-    """A resolved constant: its value (as stored, original dtype) and origin."""
-
-    value: np.ndarray
-    elem_type: int
-    # The node (index in this graph) that produces it, if it is a Constant or a
-    # folded node; None for initializers.
-    producer: int | None = None
-
-
 class GraphIndex:
     """Producer/consumer maps and constant resolution for one graph.
 
@@ -67,22 +55,46 @@ class GraphIndex:
         self.path = path
         # Folder external data resolves against (to read small external constants).
         self.base_dir = parent.base_dir if parent is not None else base_dir
-        self.graph_inputs = {i.name for i in graph.input}
-        self.graph_outputs = {o.name for o in graph.output}
-        self.initializers: dict[str, TensorProto] = {t.name: t for t in graph.initializer}
-        self.value_types: dict[str, int] = {}
-        self.value_shapes: dict[str, list] = {}
+        declared_types: dict[str, int] = {}
+        declared_shapes: dict[str, list] = {}
         for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
             tt = vi.type.tensor_type
             if vi.type.HasField("tensor_type") and tt.elem_type:
-                self.value_types[vi.name] = tt.elem_type
+                declared_types[vi.name] = tt.elem_type
                 if tt.HasField("shape"):
-                    self.value_shapes[vi.name] = [
+                    declared_shapes[vi.name] = [
                         d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
                     ]
+        if getattr(table, "lazy", False) and table.graph is graph and table.n == len(graph.node):
+            self._from_arrays(table, declared_types, declared_shapes)
+        else:
+            self._from_graph(graph, table, declared_types, declared_shapes)
+        # The matcher's per-graph caches (fusion/region.py, fusion/numeric.py),
+        # filled lazily: scalar constants by name, 1/0 = node may / may not be
+        # inside a GELU region (-1 unknown), numeric checks by region key.
+        self.scalar_consts: dict[str, ConstInfo | None] = {}
+        # shapes from onnx's shape inference, asked only where none is
+        # declared (plan sets one bias.InferredShapes per model)
+        self.inferred = None
+        self.region_node_class: list[int] = [-1] * len(self.nodes)
+        self.check_cache: dict[tuple, tuple | None] = {}
+        self.const_keys: dict[str, tuple] = {}  # constant -> (elem type, dtype, stored bytes)
+        self._const_cache: dict[str, ConstInfo | None] = {}
+        self._maybe_const: dict[str, bool | None] = {}
+        self._maybe_arr = None  # maybe_constant(), for an array-backed graph
+        self._names: set[str] | None = None
+        self.shape_memo: dict[str, list | None] = {}  # fusion.shapes.elementwise_shape's
+        self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
+
+    def _from_graph(self, graph, table, value_types, value_shapes) -> None:
+        """Python dicts and lists of the graph (``table``: onepass.NodeTable)."""
+        self.graph_inputs = {i.name for i in graph.input}
+        self.graph_outputs = {o.name for o in graph.output}
+        self.initializers: dict[str, TensorProto] = {t.name: t for t in graph.initializer}
         for name, t in self.initializers.items():
-            self.value_types.setdefault(name, t.data_type)
-            self.value_shapes.setdefault(name, list(t.dims))
+            value_types.setdefault(name, t.data_type)
+            value_shapes.setdefault(name, list(t.dims))
+        self.value_types, self.value_shapes = value_types, value_shapes
         # Python lists of the nodes and of each node's op type, non-empty
         # inputs and outputs, read once: a protobuf field access builds a
         # wrapper each time (the matcher makes millions).
@@ -127,21 +139,30 @@ class GraphIndex:
                     lst.append(i)
                     lst.sort()
         self.consumers = consumers
-        # The matcher's per-graph caches (fusion/region.py, fusion/numeric.py),
-        # filled lazily: scalar constants by name, 1/0 = node may / may not be
-        # inside a GELU region (-1 unknown), numeric checks by region key.
-        self.scalar_consts: dict[str, ConstInfo | None] = {}
-        # shapes from onnx's shape inference, asked only where none is
-        # declared (plan sets one bias.InferredShapes per model)
-        self.inferred = None
-        self.region_node_class: list[int] = [-1] * len(self.nodes)
-        self.check_cache: dict[tuple, tuple | None] = {}
-        self.const_keys: dict[str, tuple] = {}  # constant -> (elem type, dtype, stored bytes)
-        self._const_cache: dict[str, ConstInfo | None] = {}
-        self._maybe_const: dict[str, bool | None] = {}
-        self._names: set[str] | None = None
-        self.shape_memo: dict[str, list | None] = {}  # fusion.shapes.elementwise_shape's
-        self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
+        self.arrays = None
+
+    def _from_arrays(self, table, value_types, value_shapes) -> None:
+        """The same maps and lists as views over an onnxio.ArrayTable (the
+        native scanner's arrays): nothing is made per node until asked for.
+        Such a graph holds no subgraphs (the scanner's path declines them)."""
+        from ..onnxio.arraytable import DeclaredOrInitializer, NameLists
+
+        s = table.scan
+        self.graph_inputs = set(table.names.take(s.input_name))
+        self.graph_outputs = set(table.names.take(s.output_name))
+        self.initializers = table.initializer_map()
+        self.value_types = DeclaredOrInitializer(value_types, table, dims=False)
+        self.value_shapes = DeclaredOrInitializer(value_shapes, table, dims=True)
+        self.nodes = table.nodes
+        self.ops, self.domains, self.labels = table.ops, table.domains, table.labels
+        self.attributed = set(table.attributed)
+        self.raw_ins, self.outs = table.ins, table.outs
+        self.ins = NameLists(s.node_in_off, s.in_ids, table.names, skip_empty=True)
+        self.producer = table.producer_map()
+        self.consumers = table.consumer_map()
+        self.nested = []
+        self.arrays = table
+
 
     # -- names ---------------------------------------------------------------
     def node(self, i: int) -> NodeProto:
@@ -231,6 +252,9 @@ class GraphIndex:
         """Whether ``name`` can be a constant by structure alone: an
         initializer that is no graph input, a Constant node, or a foldable
         node whose inputs all may be (their values are not read)."""
+        if self.arrays is not None:
+            i = self.arrays.id_of(name)
+            return i >= 0 and bool(self.maybe_constant()[i])
         memo = self._maybe_const
         if name in memo:
             return memo[name]
@@ -274,6 +298,44 @@ class GraphIndex:
             stack.pop()
         return bool(memo[name])
 
+    def maybe_constant(self):
+        """_may_be_constant of every string id of an array-backed main graph
+        (the same definition, over the scanner's arrays: a foldable node's
+        outputs may be constant once all its inputs may be; repeated until
+        nothing changes, as deep as the graph folds constants)."""
+        if self._maybe_arr is not None:
+            return self._maybe_arr
+        import numpy as np
+
+        t = self.arrays
+        s, n = t.scan, t.n
+        ids = t.kind_ids
+        default = np.isin(s.node_dom, [ids.get("", -1), ids.get("ai.onnx", -1)])
+        const = default & (s.node_op == ids.get("Constant", -1))
+        fold = default & np.isin(s.node_op, [ids[o] for o in _FOLD_THROUGH if o in ids])
+        gin = np.zeros(len(t.names), bool)
+        gin[s.input_name] = True
+        maybe = (t.init_of >= 0) & ~gin & (t.producer < 0)
+        writer = np.repeat(np.arange(n), t.out_count)
+        written = s.out_ids != 0
+        maybe[s.out_ids[written & const[writer]]] = True
+        # each fold node's inputs, "" left out (CastLike(c, like): only c)
+        reader = np.repeat(np.arange(n), t.in_count)
+        first = np.arange(len(s.in_ids)) == np.repeat(s.node_in_off[:-1], t.in_count)
+        cast_like = s.node_op == ids.get("CastLike", -1)
+        used = (s.in_ids != 0) & fold[reader] & (first | ~cast_like[reader])
+        n_used = np.bincount(reader[used], minlength=n)
+        live = fold & (n_used > 0)
+        while True:
+            blocked = np.bincount(reader[used & ~maybe[s.in_ids]], minlength=n) > 0
+            new = live & ~blocked
+            outs = s.out_ids[written & new[writer]]
+            if maybe[outs].all():
+                break
+            maybe[outs] = True
+        self._maybe_arr = maybe
+        return maybe
+
     def _resolve_constant(self, name: str) -> ConstInfo | None:
         if name in self.graph_inputs:
             return None
@@ -287,7 +349,7 @@ class GraphIndex:
             if self.domains[i] not in ("", "ai.onnx"):
                 return None
             if op == "Constant":
-                return _constant_node_value(self.nodes[i], i)
+                return constant_node_value(self.nodes[i], i)
             if op == "CastLike" and len(self.raw_ins[i]) == 2:
                 return self._cast_like(self.nodes[i], i)
             if op in FOLDABLE and len(self.outs[i]) == 1:
@@ -299,9 +361,9 @@ class GraphIndex:
                     ins.append(c)
                 if ins:
                     node = self.nodes[i]
-                    folded = _fold(node, [c.value for c in ins])
+                    folded = fold(node, [c.value for c in ins])
                     if folded is not None:
-                        et = _elem_type_of(folded, ins[0].elem_type, node)
+                        et = elem_type_of(folded, ins[0].elem_type, node)
                         return ConstInfo(folded, et, producer=i)
             return None
         if self.parent is not None:
@@ -359,87 +421,3 @@ class GraphIndex:
 _FOLD_THROUGH = frozenset(FOLDABLE) | {"CastLike"}
 
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
-
-
-
-def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | None:
-    """numpy value of a small tensor; None for big ones. An external tensor is
-    read only when it is a scalar (a GELU constant) and we know its folder:
-    weight payloads are never read."""
-    n = 1
-    for d in t.dims:
-        n *= d
-    if n > 4096:
-        return None
-    try:
-        if t.data_location == TensorProto.EXTERNAL:
-            if n != 1 or base_dir is None:
-                return None
-            from ..onnxio import tensor_array
-
-            return tensor_array(t, base_dir)
-        return numpy_helper.to_array(t)
-    except Exception:  # malformed or unsafe tensors are simply not constants to us
-        return None
-
-
-def _constant_node_value(node: NodeProto, i: int) -> ConstInfo | None:
-    # ONNX requires exactly one attribute on a Constant; which one a runtime
-    # reads from an invalid node with several (or a repeated one) is its own
-    # business, so such a node is never a constant to us (nothing is fused).
-    if len(node.attribute) != 1:
-        return None
-    for attr in node.attribute:
-        if attr.name == "value" and attr.type == AttributeProto.TENSOR:
-            v = tensor_value(attr.t)
-            return None if v is None else ConstInfo(v, attr.t.data_type, producer=i)
-        if attr.name == "value_float":
-            return ConstInfo(np.array(attr.f, dtype=np.float32), TensorProto.FLOAT, producer=i)
-        if attr.name == "value_floats":
-            return ConstInfo(np.array(attr.floats, dtype=np.float32), TensorProto.FLOAT, producer=i)
-        if attr.name == "value_int":
-            return ConstInfo(np.array(attr.i, dtype=np.int64), TensorProto.INT64, producer=i)
-        if attr.name == "value_ints":
-            return ConstInfo(np.array(attr.ints, dtype=np.int64), TensorProto.INT64, producer=i)
-    return None
-
-
-def _elem_type_of(value: np.ndarray, fallback: int, node: NodeProto) -> int:
-    if node.op_type == "Cast":
-        for a in node.attribute:
-            if a.name == "to":
-                return a.i
-    return fallback
-
-
-def _fold(node: NodeProto, vals: list[np.ndarray]) -> np.ndarray | None:
-    """Evaluate a tiny all-constant elementwise node in its own dtype."""
-    op = node.op_type
-    try:
-        with np.errstate(all="ignore"):
-            if op == "Cast":
-                to = next((a.i for a in node.attribute if a.name == "to"), None)
-                from ..contract import np_dtype
-
-                if to is None:
-                    return None
-                return vals[0].astype(np_dtype(to)) if to in (1, 10, 11, 16) else None
-            if op in ("Identity",):
-                return vals[0]
-            if op == "Sqrt":
-                return np.sqrt(vals[0])
-            if op == "Neg":
-                return np.negative(vals[0])
-            if op == "Reciprocal":
-                return (np.ones((), vals[0].dtype) / vals[0]).astype(vals[0].dtype)
-            if len(vals) != 2:
-                return None
-            a, b = vals
-            if op == "Pow":
-                return np.power(a, b).astype(a.dtype)
-            if a.dtype != b.dtype:
-                return None
-            fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}.get(op)
-            return None if fn is None else fn(a, b).astype(a.dtype)
-    except Exception:
-        return None

@@ -16,7 +16,8 @@ import numpy as np
 from onnx import NodeProto, TensorProto, numpy_helper
 
 from .. import contract as C
-from .graph import GraphIndex, tensor_value
+from .constants import tensor_value
+from .graph import GraphIndex
 from .bias import last_dim
 from .findings import Match
 from .findings import Code, NearMiss

@@ -28,7 +28,8 @@ from .. import contract as C
 from . import numeric
 from .bias import find_initializer
 from .findings import Code, Match, NearMiss
-from .graph import ANCHOR_OPS, GraphIndex, tensor_value
+from .constants import tensor_value
+from .graph import ANCHOR_OPS, GraphIndex
 from .numeric import (PROBE, checked_region, classify, evaluate, intermediate_violation, region_key, region_precision,
                       region_types)
 from .region import (MAX_REGION_NODES, Cone, bad_source, cone, find_leaf, is_default_domain, is_scalar,

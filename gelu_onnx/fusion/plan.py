@@ -23,6 +23,7 @@ from .findings import Match, NearMiss
 from .graph import GraphIndex
 from .legacy import find_legacy, legacy_nodes
 from .match import find_matches
+from .replay import replay_bias, replay_matches
 from .report import FuseResult, record
 from .rewrite import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
                       replace_regions, wider)
@@ -99,15 +100,20 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
             for attr, sub in subgraphs(node):
                 label = node.name or f"{node.op_type}#{i}"
                 visit(sub, idx, f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
-        matches, misses = find_matches(idx)
+        # a main graph the native scanner read: the matcher once per distinct
+        # neighbourhood, its answers carried to the rest (fusion/replay.py)
+        replayed = replay_matches(idx)
+        matches, misses = replayed if replayed is not None else find_matches(idx)
         ones, one_misses = native.find_native(idx)
         matches += ones
         misses += one_misses
         for m in matches:
             if m.single_op is None:
                 idx.region_inputs[m.root] = [m.leaf, *sorted(m.consts)]
+        if replayed is not None:
+            replay_bias(idx, matches)
         for m in matches:
-            if not m.bias_inside:
+            if not m.bias_inside and (replayed is None or m.single_op is not None):
                 find_bias(m)
         legacy, legacy_misses = find_legacy(idx)
         cands = [Candidate(m) for m in matches] + [Candidate(m, True, b) for m, b in legacy]

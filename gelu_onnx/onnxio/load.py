@@ -13,6 +13,7 @@ from onnx import TensorProto
 from ..errors import InputError, MissingFileError, UnsafeModelError
 from ..interrupts import fault
 from .tensors import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
+from .arraytable import ArrayTable
 from .onepass import NodeTable
 from .validate import Validator, one_line, quote, validate_model, validate_model_table
 
@@ -33,8 +34,11 @@ class LoadedModel:
     base_dir: str | None = None
     external_files: tuple[str, ...] = ()
     file_size: int = 0
-    # the main graph's nodes as validation read them (valid while it is unchanged)
-    table: NodeTable | None = None
+    # the main graph's nodes as validation read them (valid while it is unchanged):
+    # an onepass.NodeTable, or an arraytable.ArrayTable when the scanner read the file
+    table: NodeTable | ArrayTable | None = None
+    # the file's bytes, when the scanner read them (the fuse pass copies from them)
+    data: bytes | None = None
 
     @property
     def has_external_data(self) -> bool:
@@ -109,8 +113,12 @@ def load_model(path) -> LoadedModel:
         raise InputError(f"{where}: not a valid ONNX model (protobuf parse failed: "
                          "truncated, damaged or not ONNX)") from None
     base = os.path.realpath(os.path.dirname(apath))
-    files, table = validate_model_table(model, base_dir=base, where=where)
-    return LoadedModel(model, apath, base, files, st.st_size, table)
+    from . import wire
+
+    scan = wire.scan(data) if wire.available() else None
+    files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
+    return LoadedModel(model, apath, base, files, st.st_size, table,
+                       data if isinstance(table, ArrayTable) else None)
 
 
 def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
@@ -129,9 +137,14 @@ def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
             model.ParseFromString(model_or_path)
         except (DecodeError, ValueError, RuntimeError, TypeError):
             raise InputError("model bytes: not a valid ONNX model (protobuf parse failed)") from None
-        files = validate_model(model, base_dir=base_dir, where="model bytes")
+        from . import wire
+
+        data = bytes(model_or_path)
+        scan = wire.scan(data) if wire.available() else None
+        files, table = validate_model_table(model, base_dir=base_dir, where="model bytes", scan=scan)
         base = os.path.realpath(base_dir) if base_dir is not None else None
-        return LoadedModel(model, None, base, files, len(model_or_path))
+        return LoadedModel(model, None, base, files, len(data), table,
+                           data if isinstance(table, ArrayTable) else None)
     if isinstance(model_or_path, LoadedModel):
         return model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):

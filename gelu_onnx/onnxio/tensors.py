@@ -24,6 +24,8 @@ EXTERNAL_ALIGN = 4096
 EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum"})
 
 _T = TensorProto
+# The element types TensorProto.DataType defines (others: runtimes refuse them).
+KNOWN_TYPES = frozenset(TensorProto.DataType.values())
 # Domains whose ops onnx knows the schemas of; ops in them must exist.
 ONNX_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
 

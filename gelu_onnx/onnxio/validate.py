@@ -13,12 +13,12 @@ from onnx import TensorProto
 
 from ..errors import InputError, UnsafeModelError
 from .calls import MAX_EXPANDED_NODES, expanded_nodes
-from .onepass import NodeTable, Recheck, Scope, norm_domain, one_pass
-from .tensors import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
+from .onepass import Recheck, Scope, norm_domain, one_pass
+from .tensors import (DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, KNOWN_TYPES, ONNX_DOMAINS, embedded_size_error,
+                      tensor_nbytes)
 from .walk import attr_tensors, subgraphs, walk_graphs
 
 
-KNOWN_TYPES = frozenset(TensorProto.DataType.values())
 # What an attribute that refers to a function attribute may hold.
 _REFERENCE_FIELDS = frozenset({"name", "ref_attr_name", "type", "doc_string"})
 
@@ -45,14 +45,16 @@ def _node_label(node, i: int) -> str:
 
 
 class Validator:
-    def __init__(self, where: str, base_dir: str | None):
+    def __init__(self, where: str, base_dir: str | None, scan=None):
         self.where = where
+        self.scan = scan  # the model's bytes as the native scanner read them (onnxio.wire), if any
         self.base_dir = base_dir
         self.opsets: dict[str, int] = {}
         self.local_functions: set[tuple[str, str]] = set()
         self.data_files: dict[str, int] = {}  # real path -> size
         self.schema_errors: dict[tuple, str | None] = {}
-        self.table: NodeTable | None = None  # the main graph's, when one_pass read it
+        # the main graph's nodes as one_pass (NodeTable) or the scanner (ArrayTable) read them
+        self.table = None
 
     def fail(self, msg: str, cls=InputError):
         raise cls(one_line(f"{self.where}: {msg}"))
@@ -89,7 +91,12 @@ class Validator:
         if not g.output:
             self.fail("the graph has no outputs")
         try:
-            one_pass(self, g, None)
+            if self.scan is not None:
+                from .arraycheck import array_pass
+
+                self.table = array_pass(self, g, self.scan)
+            else:
+                one_pass(self, g, None)
         except (Recheck, InputError):
             self.table = None
             self.graph(g, "", None)  # finds the first fault in graph() order and words it
@@ -386,11 +393,12 @@ def validate_model(model: onnx.ModelProto, *, base_dir: str | None = None,
     return validate_model_table(model, base_dir=base_dir, where=where)[0]
 
 
-def validate_model_table(model: onnx.ModelProto, *, base_dir: str | None = None,
-                         where: str = "model") -> tuple[tuple[str, ...], NodeTable | None]:
-    """validate_model, and the main graph's NodeTable (None when it was not
-    read in one pass)."""
-    v = Validator(where, os.path.realpath(base_dir) if base_dir is not None else None)
+def validate_model_table(model: onnx.ModelProto, *, base_dir: str | None = None, where: str = "model",
+                         scan=None) -> tuple[tuple[str, ...], object]:
+    """validate_model, and the main graph's nodes as read in one pass: a
+    NodeTable, or an ArrayTable when ``scan`` (onnxio.wire.scan of the bytes
+    ``model`` was parsed from) was given; None when graph() read them."""
+    v = Validator(where, os.path.realpath(base_dir) if base_dir is not None else None, scan)
     try:
         v.model(model)
     except RecursionError:

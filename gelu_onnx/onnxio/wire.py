@@ -98,38 +98,49 @@ class Names:
     """String id -> str, decoded on first use (a big graph has millions)."""
 
     def __init__(self, blob: bytes, off: np.ndarray):
-        self._blob, self._off = blob, off.tolist()
-        self._cache: dict[int, str] = {}
+        self._blob, self._off = blob, off
+        self._cache: list = [None] * (len(off) - 1)
+        self.ids: dict[str, int] = {}  # str -> id for every string decoded so far
 
     def __len__(self) -> int:
         return len(self._off) - 1
 
     def __getitem__(self, i: int) -> str:
-        s = self._cache.get(i)
+        s = self._cache[i]
         if s is None:
-            s = self._cache[i] = self._blob[self._off[i]:self._off[i + 1] - 1].decode("utf-8")
+            i = int(i)
+            s = self._cache[i] = self._blob[int(self._off[i]):int(self._off[i + 1]) - 1].decode("utf-8")
+            self.ids[s] = i
         return s
 
     def raw(self, i: int) -> bytes:
         """The string's bytes as stored (as it is written back)."""
-        return self._blob[self._off[i]:self._off[i + 1] - 1]
+        return self._blob[int(self._off[i]):int(self._off[i + 1]) - 1]
 
     def take(self, ids) -> list[str]:
         """[names[i] for i in ids], decoding each distinct id once."""
         ids = np.asarray(ids)
         if not len(ids):
             return []
-        uniq, inv = np.unique(ids, return_inverse=True)
-        table = np.array([self[int(i)] for i in uniq], dtype=object)
-        return table[inv.reshape(-1)].tolist()
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        first = np.empty(len(ids), bool)
+        first[0] = True
+        np.not_equal(sorted_ids[1:], sorted_ids[:-1], out=first[1:])
+        group = np.cumsum(first) - 1
+        table = np.array([self[i] for i in sorted_ids[first].tolist()], dtype=object)
+        out = np.empty(len(ids), dtype=object)
+        out[order] = table[group]
+        return out.tolist()
 
 
 class Scan:
     """One model's main graph as arrays (see the module doc); ``find`` looks
     a string up in the scanner's own table (no Python dict of every name)."""
 
-    def __init__(self, lib, handle, status: int, message: str, arrays: dict, blob: bytes):
+    def __init__(self, lib, handle, status: int, message: str, arrays: dict, blob: bytes, data: bytes):
         self._lib, self._handle = lib, handle
+        self.data = data  # the bytes scanned
         self.status, self.message, self.arrays = status, message, arrays
         self.names = Names(blob, arrays["str_off"])
 
@@ -192,7 +203,7 @@ def raw_scan(data: bytes) -> Scan | None:
     except BaseException:
         lib.gos_free(handle)
         raise
-    return Scan(lib, handle, status, message, arrays, raw)
+    return Scan(lib, handle, status, message, arrays, raw, data)
 
 
 def scan(data: bytes) -> Scan | None:

@@ -1,0 +1,113 @@
+"""onepass.one_pass for a main graph the native scanner read (onnxio.wire):
+the same checks, vectorised over its arrays, so a graph of a million nodes
+is validated without one Python object per node.
+
+Like one_pass it only ever accepts: anything it does not see to be fine
+(a subgraph, a function-attribute reference, a name used before it is
+written, a name written twice, a domain not imported, an op onnx does not
+know, a tensor outside the plain case it checks itself ...) raises Recheck,
+and Validator.graph() then finds the first fault and words it, exactly as
+for a graph one_pass declined. Tensors outside the plain case are checked
+one by one by Validator.tensor, as one_pass checks every tensor.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from .arraytable import ArrayTable, unique
+from .onepass import Recheck, norm_domain
+from .tensors import ELEM_BITS, KNOWN_TYPES, ONNX_DOMAINS
+from .walk import attr_tensors
+from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR
+
+# Element types whose size is a whole number of bytes: a raw_data length is
+# checked here against dims for these (Validator.tensor checks the rest).
+_BYTE_TYPES = np.array(sorted(t for t, bits in ELEM_BITS.items() if bits % 8 == 0 and t in KNOWN_TYPES))
+_BITS = np.zeros(int(max(ELEM_BITS)) + 1, np.int64)
+for _t, _b in ELEM_BITS.items():
+    _BITS[_t] = _b
+_DIM_LIMIT = 1 << 31  # larger dims: products could overflow int64; those tensors go one by one
+
+
+def array_pass(v, g, scan) -> ArrayTable:
+    """Validator.graph()'s checks of the main graph ``g``, from ``scan``
+    (its bytes, scanned); the graph's ArrayTable, or Recheck."""
+    s = scan
+    n = s.n_nodes
+    if (n != len(g.node) or len(s.init_name) != len(g.initializer) or len(s.input_name) != len(g.input)
+            or len(s.output_name) != len(g.output) or len(s.vi_name) != len(g.value_info)
+            or len(g.sparse_initializer)):
+        raise Recheck  # not the graph that was scanned (cannot happen for one parse of one buffer)
+    if (s.node_flags & (NF_SUBGRAPH | NF_REF)).any():
+        raise Recheck  # subgraphs: one_pass walks them; references: node_op words them
+    inputs, inits = s.input_name, s.init_name
+    if not (inputs.all() and inits.all()) or len(unique(inputs)) != len(inputs) \
+            or len(unique(inits)) != len(inits):
+        raise Recheck  # an empty or repeated input / initializer name
+    _tensors(v, g, s)
+    for i in np.flatnonzero(s.node_flags & NF_TENSOR).tolist():
+        for t in attr_tensors(g.node[i].attribute):
+            v.tensor(t)
+    # every name written once: the graph's inputs and initializers (one may
+    # be both) and every node output that is not omitted
+    outs = s.out_ids[s.out_ids != 0]
+    given = unique(np.concatenate([inputs, inits]))
+    written = np.concatenate([given, outs])
+    if len(unique(written)) != len(written):
+        raise Recheck
+    # every input read after it is written (so the nodes are in order, and acyclic)
+    when = np.full(len(s.names), n, np.int64)  # n: never written
+    when[given] = -1
+    when[outs] = np.repeat(np.arange(n), np.diff(s.node_out_off))[s.out_ids != 0]
+    reader = np.repeat(np.arange(n), np.diff(s.node_in_off))
+    read = s.in_ids != 0
+    if (when[s.in_ids[read]] >= reader[read]).any():
+        raise Recheck
+    if not s.output_name.all() or (when[s.output_name] >= n).any():
+        raise Recheck
+    # every (op, domain) imported and known
+    kinds = unique(s.node_op.astype(np.int64) << 32 | s.node_dom.astype(np.int64))
+    for k in kinds.tolist():
+        op, dom = s.names[k >> 32], s.names[k & 0xFFFFFFFF]
+        d = norm_domain(dom)
+        if d not in v.opsets:
+            raise Recheck
+        if d in ONNX_DOMAINS and (d, op) not in v.local_functions:
+            key = (op, d, v.opsets[d])
+            if key not in v.schema_errors:
+                try:
+                    onnx.defs.get_schema(op, v.opsets[d], d)
+                except Exception:  # onnx's SchemaError
+                    raise Recheck from None
+                v.schema_errors[key] = None
+            elif v.schema_errors[key]:
+                raise Recheck
+    return ArrayTable(g, s)
+
+
+def _tensors(v, g, s) -> None:
+    """Validator.tensor for every initializer: the plain case here (a known
+    type, stored inside the file, raw_data no longer than its dims need, no
+    other data field), every other one by Validator.tensor itself."""
+    m = len(s.init_name)
+    if not m:
+        return
+    dims_n = np.diff(s.init_dims_off)
+    dims = s.init_dims
+    bad_dim = np.zeros(m, bool)
+    if len(dims):
+        owner = np.repeat(np.arange(m), dims_n)
+        np.logical_or.at(bad_dim, owner, (dims < 0) | (dims >= _DIM_LIMIT))
+    safe = np.where(bad_dim[np.repeat(np.arange(m), dims_n)], 1, dims) if len(dims) else dims
+    count = np.ones(m, np.float64)
+    if len(dims):
+        np.multiply.at(count, np.repeat(np.arange(m), dims_n), safe.astype(np.float64))
+    dtype = s.init_dtype
+    typed = s.init_typed.reshape(m, 6)
+    plain = (np.isin(dtype, _BYTE_TYPES) & (s.init_loc == 0) & (s.init_ext == 0) & ~bad_dim
+             & (count < 2.0 ** 52) & ((s.init_flags & (IF_RAW | IF_RAW_TWICE)) == IF_RAW) & (typed == 0).all(axis=1))
+    want = count * (_BITS[np.clip(dtype, 0, len(_BITS) - 1)] // 8)
+    plain &= s.init_raw_len <= want
+    for k in np.flatnonzero(~plain).tolist():
+        v.tensor(g.initializer[k])

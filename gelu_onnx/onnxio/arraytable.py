@@ -1,0 +1,234 @@
+"""A graph's nodes as the native scanner read them (onnxio.wire): what
+onepass.NodeTable is, as numpy arrays with list- and dict-like views over
+them. fusion.graph.GraphIndex indexes a graph through these views exactly as
+through its own dicts, and the fuse pass's vectorised steps use the arrays:
+no Python object is made per node until something asks for that node.
+
+Names are string ids of the scan's table (id 0 is "": an omitted optional
+name). ``producer[s]`` is the node that writes string s (-1: none);
+``cons_off`` / ``cons_nodes`` list the nodes that read it, each once, in
+node order (a node reading a name twice counts once, as GraphIndex counts).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+def unique(x: np.ndarray) -> np.ndarray:
+    """np.unique(x) by sorting (numpy 2's hash-based np.unique is ~15x slower
+    on a million ints)."""
+    s = np.sort(x, kind="stable")
+    if len(s) < 2:
+        return s
+    keep = np.empty(len(s), bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+class NameLists(Sequence):
+    """Node i's names (inputs or outputs) as a list of str, made on access;
+    ``skip_empty`` leaves out omitted optional names ("")."""
+
+    def __init__(self, off: np.ndarray, ids: np.ndarray, names, skip_empty: bool = False):
+        self._off, self._ids, self._names, self._skip = off, ids, names, skip_empty
+        self._made: dict[int, list] = {}  # the same list each time, as a list of lists would give
+
+    def __len__(self) -> int:
+        return len(self._off) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        lst = self._made.get(i)
+        if lst is not None:
+            return lst
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self._off) - 1:
+            raise IndexError(i)
+        ids, names = self._ids[self._off[i]:self._off[i + 1]].tolist(), self._names
+        lst = self._made[i] = [names[k] for k in ids if k] if self._skip else [names[k] for k in ids]
+        return lst
+
+
+class LazyList(Sequence):
+    """``make(i)`` for each i, made once on access (node protos, labels)."""
+
+    def __init__(self, n: int, make):
+        self._items: list = [None] * n
+        self._make = make
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        v = self._items[i]
+        if v is None:
+            v = self._items[i] = self._make(i if i >= 0 else i + len(self._items))
+        return v
+
+
+_MISSING = object()
+
+
+class IdMap(Mapping):
+    """name -> value for the names of one scan, from an array indexed by
+    string id (``absent``: no value); names are looked up in the scanner's
+    own table, each once."""
+
+    def __init__(self, table: "ArrayTable", values, absent, convert=None):
+        self._t, self._values, self._absent, self._convert = table, values, absent, convert
+
+    def _value(self, name, default):
+        i = self._t.id_of(name)
+        if i < 0:
+            return default
+        v = int(self._values[i])
+        if v == self._absent:
+            return default
+        return self._convert(i, v) if self._convert is not None else v
+
+    def __getitem__(self, name):
+        v = self._value(name, _MISSING)
+        if v is _MISSING:
+            raise KeyError(name)
+        return v
+
+    def get(self, name, default=None):
+        return self._value(name, default)
+
+    def __contains__(self, name) -> bool:
+        return self._value(name, _MISSING) is not _MISSING
+
+    def __iter__(self):
+        names = self._t.names
+        return (names[i] for i in np.flatnonzero(np.asarray(self._values) != self._absent).tolist())
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(np.asarray(self._values) != self._absent))
+
+
+class DeclaredOrInitializer(Mapping):
+    """GraphIndex.value_types / value_shapes: what value_info, the graph's
+    inputs and outputs declare (``declared``), else the initializer's
+    element type (``dims=False``) or dims."""
+
+    def __init__(self, declared: dict, table: "ArrayTable", dims: bool):
+        self.declared, self._t, self._dims = declared, table, dims
+
+    def _init(self, name) -> int:
+        i = self._t.id_of(name)
+        return int(self._t.init_of[i]) if i >= 0 else -1
+
+    def __getitem__(self, name):
+        v = self.declared.get(name, _MISSING)
+        if v is not _MISSING:
+            return v
+        k = self._init(name)
+        if k < 0:
+            raise KeyError(name)
+        s = self._t.scan
+        if self._dims:
+            return s.init_dims[s.init_dims_off[k]:s.init_dims_off[k + 1]].tolist()
+        return int(s.init_dtype[k])
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name) -> bool:
+        return name in self.declared or self._init(name) >= 0
+
+    def __iter__(self):
+        yield from self.declared
+        names = self._t.names
+        for i in self._t.scan.init_name.tolist():
+            if names[i] not in self.declared:
+                yield names[i]
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class ArrayTable:
+    """The main graph of a scanned model (see the module doc). Valid while
+    ``graph`` is the unchanged graph of the bytes scanned."""
+
+    lazy = True
+
+    def __init__(self, graph, scan):
+        self.graph, self.scan, self.names = graph, scan, scan.names
+        s = scan
+        n = s.n_nodes
+        self.n = n
+        strings = np.empty(len(self.names), dtype=object)
+        used = unique(np.concatenate([s.node_op, s.node_dom]))
+        strings[used] = [self.names[int(i)] for i in used]
+        # op types and domains -> their string ids
+        self.kind_ids: dict[str, int] = {strings[i]: int(i) for i in used}
+        self.ops: list[str] = strings[s.node_op].tolist()
+        self.domains: list[str] = strings[s.node_dom].tolist()
+        nodes = graph.node
+        self.nodes = LazyList(n, nodes.__getitem__)
+        self.labels = LazyList(n, lambda i: self.names[int(s.node_name[i])])
+        self.ins = NameLists(s.node_in_off, s.in_ids, self.names)
+        self.outs = NameLists(s.node_out_off, s.out_ids, self.names)
+        self.with_subgraphs: list[int] = []
+        self.attributed: list[int] = np.flatnonzero(np.diff(s.node_attr_off) > 0).tolist()
+        nstr = len(self.names)
+        self.in_count = np.diff(s.node_in_off)
+        self.out_count = np.diff(s.node_out_off)
+        # who writes each string
+        prod = np.full(nstr, -1, np.int32)
+        writer = np.repeat(np.arange(n, dtype=np.int32), self.out_count)
+        prod[s.out_ids] = writer
+        prod[0] = -1
+        self.producer = prod
+        # who reads it: (name, node) pairs, each once, grouped by name in node order
+        reader = np.repeat(np.arange(n, dtype=np.int64), self.in_count)
+        key = s.in_ids.astype(np.int64) * max(n, 1) + reader
+        key = unique(key[s.in_ids != 0])
+        self.cons_nodes = (key % max(n, 1)).astype(np.int32)
+        self.cons_off = np.zeros(nstr + 1, np.int64)
+        np.cumsum(np.bincount((key // max(n, 1)).astype(np.int64), minlength=nstr), out=self.cons_off[1:])
+        self.init_of = np.full(nstr, -1, np.int32)
+        self.init_of[s.init_name] = np.arange(len(s.init_name), dtype=np.int32)
+        self._ids: dict[str, int] = {}
+        self._cons_lists: dict[int, list] = {}
+
+    # -- names ---------------------------------------------------------------
+    def id_of(self, name) -> int:
+        """The string id of ``name``; -1 when the graph has no such string."""
+        i = self.names.ids.get(name)
+        if i is None:
+            i = self._ids.get(name)
+            if i is None:
+                i = self._ids[name] = self.scan.find(name) if isinstance(name, str) else -1
+        return i
+
+    def consumers_of(self, i: int) -> list[int]:
+        lst = self._cons_lists.get(i)
+        if lst is None:
+            lst = self._cons_lists[i] = self.cons_nodes[self.cons_off[i]:self.cons_off[i + 1]].tolist()
+        return lst
+
+    # -- GraphIndex's views ----------------------------------------------------
+    def producer_map(self) -> Mapping:
+        """name -> the node that writes it."""
+        return IdMap(self, self.producer, -1)
+
+    def consumer_map(self) -> Mapping:
+        """name -> the nodes that read it (a list, node order; absent: nobody)."""
+        return IdMap(self, np.diff(self.cons_off), 0, lambda i, _: self.consumers_of(i))
+
+    def initializer_map(self) -> Mapping:
+        """name -> its TensorProto (main graph initializers)."""
+        inits = self.graph.initializer
+        return IdMap(self, self.init_of, -1, lambda _, k: inits[k])

@@ -1,0 +1,131 @@
+"""The fuse pass over a scanned model (onnxio.wire: the file's bytes read by
+the native scanner, the main graph indexed through arrays) against the same
+pass over the parsed ModelProto alone: the same fusions, near-misses, notes
+and GELUs already in the target's ops, and the same output model, byte for
+byte. Run on the hand-built GELU corpus, every bundled export, and chains
+of GELUs like benchmarks/bench_chain.py's."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import gelu_onnx
+from gelu_onnx.fusion.targets import TARGETS
+from gelu_onnx.onnxio import load_model_proto, wire
+from gelu_onnx.onnxio.arraytable import ArrayTable
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = sorted((ROOT / "models").glob("*.onnx"))
+
+pytestmark = pytest.mark.skipif(not wire.available(), reason="the native scanner is not built")
+
+
+def _report(res) -> dict:
+    d = res.as_dict()
+    return {k: d[k] for k in ("fusions", "near_misses", "notes", "already_target_ops")}
+
+
+def _both(model: onnx.ModelProto, target: str, scanned_expected: bool = True):
+    """(plain, scanned) FuseResults of one model for one target; inspect too."""
+    data = model.SerializeToString()
+    plain = gelu_onnx.fuse_with_report(model, target)
+    loaded = load_model_proto(data)
+    if scanned_expected:
+        assert isinstance(loaded.table, ArrayTable), "the scanner path was not taken"
+    scanned = gelu_onnx.fuse_with_report(loaded, target, inplace=True)
+    assert _report(scanned) == _report(plain)
+    assert scanned.model.SerializeToString() == plain.model.SerializeToString()
+    again = load_model_proto(data)
+    assert _report(gelu_onnx.inspect(again, target)) == _report(gelu_onnx.inspect(model, target))
+    return plain, scanned
+
+
+def _scannable(model) -> bool:
+    """Graphs the scanner path takes: no subgraphs (those go the Python way)."""
+    return not any(a.HasField("g") or len(a.graphs) for n in model.graph.node for a in n.attribute)
+
+
+def test_the_gelu_corpus_both_ways():
+    from gelu_corpus import all_cases
+
+    for k, case in enumerate(all_cases()):
+        targets = TARGETS if k % 4 == 0 else ("custom",)
+        for target in targets:
+            try:
+                _both(case.model, target, _scannable(case.model))
+            except gelu_onnx.errors.GeluOnnxError as e:  # refused the same way both ways
+                with pytest.raises(type(e)):
+                    gelu_onnx.fuse_with_report(load_model_proto(case.model.SerializeToString()), target,
+                                               inplace=True)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bundled_exports_both_ways(target):
+    for path in MODELS[:: 1 if target == "custom" else 5]:
+        model = onnx.load(str(path))
+        try:
+            _both(model, target, _scannable(model))
+        except gelu_onnx.errors.UnsupportedError:
+            pass  # standard below opset 20 where an op cannot be proven (same both ways: test_bundled_models)
+
+
+def chain(n: int, width: int = 16, fp16: bool = False) -> onnx.ModelProto:
+    """x -> [Add(bias_i) -> GELU_i] * n, cycling through five spellings (as
+    benchmarks/make_models.py's synth models), shared scalar constants."""
+    dt, npdt = (TensorProto.FLOAT16, np.float16) if fp16 else (TensorProto.FLOAT, np.float32)
+    consts = {n_: numpy_helper.from_array(np.array(v, npdt), n_) for n_, v in (
+        ("sqrt2", math.sqrt(2)), ("inv_sqrt2", 1 / math.sqrt(2)), ("one", 1.0), ("half", 0.5), ("three", 3.0),
+        ("k", 0.044715), ("s2pi", math.sqrt(2 / math.pi)), ("alpha", 1.702))}
+    inits = list(consts.values())
+    nodes, k = [], [0]
+
+    def node(op, ins):
+        k[0] += 1
+        nodes.append(helper.make_node(op, ins, [f"t{k[0]}"], name=f"n{k[0]}"))
+        return f"t{k[0]}"
+
+    rng = np.random.default_rng(0)
+    x = "x"
+    for i in range(n):
+        b = numpy_helper.from_array((rng.standard_normal(width) * 0.1).astype(npdt), f"bias{i}")
+        inits.append(b)
+        x = node("Add", [x, b.name])
+        kind = i % 5
+        if kind == 0:
+            x = node("Mul", [node("Mul", [x, node("Add", [node("Erf", [node("Div", [x, "sqrt2"])]), "one"])]), "half"])
+        elif kind == 1:
+            e = node("Erf", [node("Mul", [x, "inv_sqrt2"])])
+            x = node("Mul", [node("Mul", ["half", x]), node("Add", ["one", e])])
+        elif kind == 2:
+            inner = node("Add", [x, node("Mul", ["k", node("Pow", [x, "three"])])])
+            t = node("Tanh", [node("Mul", ["s2pi", inner])])
+            x = node("Mul", [node("Mul", ["half", x]), node("Add", ["one", t])])
+        elif kind == 3:
+            inner = node("Mul", [x, node("Add", ["one", node("Mul", ["k", node("Mul", [x, x])])])])
+            t = node("Tanh", [node("Mul", [inner, "s2pi"])])
+            x = node("Mul", [x, node("Mul", ["half", node("Add", [t, "one"])])])
+        else:
+            x = node("Mul", [x, node("Sigmoid", [node("Mul", ["alpha", x])])])
+    nodes.append(helper.make_node("Identity", [x], ["y"], name="out"))
+    vi = [helper.make_tensor_value_info(n_, dt, ["batch", width]) for n_ in ("x", "y")]
+    m = helper.make_model(helper.make_graph(nodes, "chain", vi[:1], vi[1:], inits),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    return m
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("fp16", [False, True])
+def test_chains_both_ways(target, fp16):
+    plain, _ = _both(chain(60, fp16=fp16), target)
+    assert len(plain.fusions) == (60 if target != "standard" else 48)
+
+
+if __name__ == "__main__":  # a chain file for benchmarks by hand
+    onnx.save(chain(int(sys.argv[1])), sys.argv[2])
