@@ -7,15 +7,18 @@ import sys
 
 from .interrupts import preload, unwinding
 
-# what every command imports; --help / --version need the parser only
+# what every command imports; --help / --version need the parser only, and
+# fuse / inspect no runtime (and not the parity checker)
 _COMMAND_MODULES = ("gelu_onnx.cli", "gelu_onnx.files", "gelu_onnx.api", "gelu_onnx.verify", "onnxruntime")
+_FILE_COMMANDS = ("fuse", "inspect")
 
 
 def main() -> int:
     with unwinding():
         try:
             quick = any(a in ("-h", "--help", "--version") for a in sys.argv[1:])
-            preload(_COMMAND_MODULES[:1] if quick else _COMMAND_MODULES)
+            files_only = bool(sys.argv[1:]) and sys.argv[1] in _FILE_COMMANDS
+            preload(_COMMAND_MODULES[:1] if quick else _COMMAND_MODULES[:3] if files_only else _COMMAND_MODULES)
             from .cli import main as cli_main
 
             return cli_main()

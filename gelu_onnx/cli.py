@@ -134,8 +134,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .verify.bench import BENCH_DIM_DEFAULT
-    from .verify import OPT_LEVELS
+    from .contract import BENCH_DIM_DEFAULT, OPT_LEVELS
 
     ap = _Parser(
         prog="gelu-onnx",

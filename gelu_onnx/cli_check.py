@@ -27,7 +27,7 @@ def tol_by_name(s: str):
 
 
 def providers_arg(s: str) -> list[str]:
-    from .verify import PROVIDERS
+    from .contract import PROVIDERS
 
     ps = [p.strip() for p in s.split(",") if p.strip()]
     bad = [p for p in ps if p not in PROVIDERS]
@@ -134,7 +134,7 @@ def _print_fusions(fusions, first) -> None:
 
 
 def add_parser(sub) -> None:
-    from .verify import DIM_DEFAULT, OPT_LEVELS, PROVIDERS
+    from .contract import DIM_DEFAULT, OPT_LEVELS, PROVIDERS
 
     p = sub.add_parser("check", help="parity: run original and fused on the same inputs, compare outputs",
                        description="Run ORIGINAL and FUSED on the same inputs and compare every output "

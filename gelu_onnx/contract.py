@@ -102,3 +102,13 @@ def np_dtype(elem_type: int):
     from onnx import helper
 
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+# --- The commands' options (here so that building the CLI's parser imports
+# nothing of gelu_onnx.verify) ------------------------------------------------
+# where `check` runs a model, and ONNX Runtime's graph optimization levels
+PROVIDERS = ("cpu", "cuda", "tensorrt")
+OPT_LEVELS = ("disable", "basic", "extended", "all")
+# the size given to a symbolic input dim: by check (small: parity) and by bench
+DIM_DEFAULT = 4
+BENCH_DIM_DEFAULT = 32

@@ -270,12 +270,18 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     from . import interrupts, onnxio
 
     notes = [] if notes is None else notes
-    facts = onnxio.model_facts(model)  # one walk over the model for all that follows
+    payload = None  # the model serialized once, for the checker and the write
+    if skeleton is None and source is not None and source.data is not None:
+        # read by the native scanner: what writing needs to know from the arrays of the bytes to write
+        payload, facts = onnxio.serialized_facts(model)
+    else:
+        facts = onnxio.model_facts(model)  # one walk over the model for all that follows
     # onnx >= 1.23 stamps IR 14 on everything: write the lowest the model needs,
     # so older runtimes load it too.
     old = onnxio.lower_ir_version(model, facts)
     if old is not None:
         notes.append(f"IR version lowered from {old} to {model.ir_version} (the lowest this model needs)")
+        payload = None if payload is None else model.SerializeToString()
     _loadable_ir(model, checked_against or dst, notes)
     shown = os.fspath(dst)
     # The checker resolves external data relative to the model file (and takes
@@ -292,10 +298,10 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
         else:
             in_memory = onnxio.checkable_in_memory(model, facts)
             if in_memory:
-                _checker(model, shown)
+                _checker(model if payload is None else payload, shown)
             if source is not None:
                 saved = onnxio.save_model(model, dst, source=source, overwrite_input=overwrite_input,
-                                          keep_backups=True, facts=facts)
+                                          keep_backups=True, facts=facts, payload=payload)
             else:
                 saved = onnxio.save_model(model, dst, source_dir=base_dir, keep_backups=True, facts=facts)
         try:

@@ -109,6 +109,13 @@ def _bias_wider_than_x(m, k):
     t.CopyFrom(nh.from_array(np.zeros(W + 3, np.float32), t.name))
 
 
+def _bias_add_with_an_attribute(m, k):
+    """Add has no attributes (opset 17): the bias Add the check model would
+    fold into a stand-in must be checked as it is."""
+    add = next(n for n in m.graph.node if n.name == f"bias{k}")
+    add.attribute.append(h.make_attribute("broadcast", 1))
+
+
 FAULTS = {
     "inner value_info dtype lie": (_inner_dtype_lie, "ShapeInferenceError|InferenceError"),
     "inner value_info shape lie": (_inner_shape_lie, "InferenceError"),
@@ -120,6 +127,7 @@ FAULTS = {
                                                  "type field and data field mismatch"),
     "a constant's raw_data shorter than its dims": (_own_constant_short_raw_data, "raw_data size"),
     "a bias that does not broadcast": (_bias_wider_than_x, "InferenceError"),
+    "a bias Add with an attribute": (_bias_add_with_an_attribute, "broadcast"),
 }
 
 
@@ -142,7 +150,7 @@ def test_the_valid_chain_is_checked_on_a_smaller_model(tmp_path):
     check = _check_model_of(src)
     assert check is not None and not _fails(check)
     c = onnx.ModelProto.FromString(check)
-    # per repeated GELU one stand-in instead of five nodes; the bias Adds stay
+    # per repeated GELU one stand-in instead of its bias Add and five nodes
     assert len(c.graph.node) < 0.5 * len(m.graph.node)
     assert {t.name for t in m.graph.initializer} <= {t.name for t in c.graph.initializer}
     done = gelu_onnx.fuse_file(src, tmp_path / "out.onnx")
@@ -172,8 +180,12 @@ def test_every_repeat_but_the_first_is_stood_in_for(tmp_path, bias):
     src.write_bytes(m.SerializeToString())
     c = onnx.ModelProto.FromString(_check_model_of(src))
     # The first GELU of each class whole (with two assertion Adds), the others
-    # one Add each. Without bias Adds the first GELU reads the graph input,
-    # whose type is declared: a class of its own.
+    # one Add each: with its bias Add, Add(h, b) -> root (the bias Add's own
+    # inputs), else Add(x, 0) -> root. Without bias Adds the first GELU reads
+    # the graph input, whose type is declared: a class of its own.
     whole = 1 if bias else 2
     assert [n.op_type for n in c.graph.node].count("Erf") == whole
-    assert len(c.graph.node) == len(m.graph.node) - (N - whole) * 4 + 2 * whole
+    assert len(c.graph.node) == len(m.graph.node) - (N - whole) * (5 if bias else 4) + 2 * whole
+    if bias:  # the bias Adds of the repeats are gone, their inputs read by the stand-ins
+        assert {n.name for n in c.graph.node if n.name.startswith("bias")} == {"bias0"}
+        assert {tuple(n.input) for n in c.graph.node} >= {(f"y{i - 1}", f"b{i}") for i in range(2, N)}

@@ -127,5 +127,48 @@ def test_chains_both_ways(target, fp16):
     assert len(plain.fusions) == (60 if target != "standard" else 48)
 
 
+def _perturbed(kind: str) -> onnx.ModelProto:
+    """A chain of 40 GELUs with one member made different in one way: the
+    carried matches must notice (that member matched on its own)."""
+    m = chain(40)
+    g = m.graph
+    if kind == "name-clash":  # a node already has the name a replacement would get
+        g.node.append(helper.make_node("Identity", ["y"], ["y2"], name="t47_BiasGeluErf"))
+        g.output.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", 16]))
+    elif kind == "graph-output":  # an intermediate of the 23rd GELU is a graph output
+        g.output.append(helper.make_tensor_value_info(g.node[23 * 7 + 3].output[0], TensorProto.FLOAT,
+                                                      ["batch", 16]))
+    elif kind == "second-reader":  # ... or read by another node
+        g.node.append(helper.make_node("Neg", [g.node[15 * 7 + 2].output[0]], ["extra"], name="extra"))
+        g.output.append(helper.make_tensor_value_info("extra", TensorProto.FLOAT, ["batch", 16]))
+    elif kind == "wide-bias":  # the 31st bias is [1, 16]: absorbed only with h's rank known
+        b = next(t for t in g.initializer if t.name == "bias31")
+        b.dims[:] = [1, 16]
+    elif kind == "other-constant":  # the 11th GELU reads a sqrt(2) of its own, 1 ulp off
+        g.initializer.append(numpy_helper.from_array(np.nextafter(np.float32(math.sqrt(2)), np.float32(2)), "r2b"))
+        [n for n in g.node if n.op_type == "Div"][2].input[1] = "r2b"
+    elif kind == "declared-intermediate":  # value_info on one GELU's inner tensor
+        g.value_info.append(helper.make_tensor_value_info(g.node[8 * 7 + 2].output[0], TensorProto.FLOAT,
+                                                          ["batch", 16]))
+    elif kind == "shared-x":  # two GELUs on one x
+        add = next(n for n in g.node if n.name == "n1")
+        g.node.extend([helper.make_node("Div", [add.output[0], "sqrt2"], ["dx"], name="dx"),
+                       helper.make_node("Erf", ["dx"], ["ex"], name="ex"),
+                       helper.make_node("Add", ["ex", "one"], ["px"], name="px"),
+                       helper.make_node("Mul", [add.output[0], "px"], ["mx"], name="mx"),
+                       helper.make_node("Mul", ["mx", "half"], ["gx"], name="gx")])
+        g.output.append(helper.make_tensor_value_info("gx", TensorProto.FLOAT, ["batch", 16]))
+    return m
+
+
+@pytest.mark.parametrize("kind", ["name-clash", "graph-output", "second-reader", "wide-bias", "other-constant",
+                                  "declared-intermediate", "shared-x"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_member_that_differs(kind, target):
+    m = _perturbed(kind)
+    onnx.checker.check_model(m, full_check=True)
+    _both(m, target)
+
+
 if __name__ == "__main__":  # a chain file for benchmarks by hand
     onnx.save(chain(int(sys.argv[1])), sys.argv[2])

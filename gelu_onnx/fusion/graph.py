@@ -84,6 +84,7 @@ class GraphIndex:
         self._maybe_arr = None  # maybe_constant(), for an array-backed graph
         self._names: set[str] | None = None
         self.shape_memo: dict[str, list | None] = {}  # fusion.shapes.elementwise_shape's
+        self.carried = None  # fusion.carry.Shapes: elementwise_shape solved in bulk (array-backed graphs)
         self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
 
     def _from_graph(self, graph, table, value_types, value_shapes) -> None:
@@ -211,7 +212,12 @@ class GraphIndex:
             return self.parent.shape(name)
         from .shapes import elementwise_shape  # (it imports this module)
 
-        s = elementwise_shape(self, name)
+        s = ...
+        if self.carried is not None:  # solved in bulk (fusion.carry), the same answer
+            i = self.arrays.id_of(name)
+            s = self.carried.get(i) if i >= 0 else ...
+        if s is ...:
+            s = elementwise_shape(self, name)
         if s is not None and (not s or s[-1] is not None):
             return s
         return self.inferred.shape(name) if self.inferred is not None else None

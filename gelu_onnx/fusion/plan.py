@@ -23,8 +23,10 @@ from .findings import Match, NearMiss
 from .graph import GraphIndex
 from .legacy import find_legacy, legacy_nodes
 from .match import find_matches
+from .matchset import MatchSet, RegionInputs
 from .replay import replay_bias, replay_matches
 from .report import FuseResult, record
+from .setrewrite import rewrite_graph, set_records
 from .rewrite import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
                       replace_regions, wider)
 from .targets import Target
@@ -39,6 +41,9 @@ class Candidate:
     match: Match
     legacy: bool = False
     legacy_bias: np.ndarray | None = None
+    # its place among the graph's candidates (and so in the report):
+    # regions by anchor, then single-op GELUs, then legacy plugin nodes
+    order: tuple = (0, 0)
 
     @property
     def has_bias(self) -> bool:
@@ -65,11 +70,37 @@ class Selected:
 
 
 @dataclass
+class SelectedSet:
+    """A MatchSet (fusion/matchset.py) the target rewrites, every member
+    alike: the decisions select took on its representative."""
+
+    set: MatchSet
+    compute_type: int
+    emission: Emission
+
+    @property
+    def match(self) -> Match:
+        return self.set.match
+
+    @property
+    def use_bias(self) -> bool:
+        return self.emission.inputs_bias
+
+    def members(self) -> list[Selected]:
+        """Each member as its own Selected (the one-by-one way)."""
+        return [Selected(Candidate(self.set.member(j), order=(0, int(a))), self.compute_type, self.emission)
+                for j, a in enumerate(self.set.anchors.tolist())]
+
+
+@dataclass
 class GraphPlan:
     index: GraphIndex
     candidates: list[Candidate]
     misses: list[NearMiss]
     selected: list[Selected] = field(default_factory=list)
+    # region GELUs carried from one representative each (scanned main graphs)
+    sets: list[MatchSet] = field(default_factory=list)
+    selected_sets: list[SelectedSet] = field(default_factory=list)
 
 
 @dataclass
@@ -80,8 +111,9 @@ class Plan:
     graphs: list[GraphPlan]
     opset: int
 
-    def selected(self) -> list[Selected]:
-        return [s for g in self.graphs for s in g.selected]
+    def selected(self) -> list:
+        """Every Selected and SelectedSet (they share what _function_dtypes reads)."""
+        return [s for g in self.graphs for s in [*g.selected, *g.selected_sets]]
 
 
 def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
@@ -103,21 +135,29 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
         # a main graph the native scanner read: the matcher once per distinct
         # neighbourhood, its answers carried to the rest (fusion/replay.py)
         replayed = replay_matches(idx)
-        matches, misses = replayed if replayed is not None else find_matches(idx)
+        sets: list[MatchSet] = []
+        if replayed is None:
+            matches, misses = find_matches(idx)
+        else:
+            sets, matches, misses = replayed.sets, replayed.singles, replayed.misses
+            idx.region_inputs = RegionInputs(idx, sets)
         ones, one_misses = native.find_native(idx)
-        matches += ones
         misses += one_misses
         for m in matches:
-            if m.single_op is None:
-                idx.region_inputs[m.root] = [m.leaf, *sorted(m.consts)]
-        if replayed is not None:
-            replay_bias(idx, matches)
-        for m in matches:
-            if not m.bias_inside and (replayed is None or m.single_op is not None):
+            idx.region_inputs[m.root] = [m.leaf, *sorted(m.consts)]
+        searched: set[int] = set()  # members the bias replay searched one by one
+        if sets:
+            sets, more = replay_bias(idx, sets)
+            searched = {id(m) for m in more}
+            matches = sorted(matches + more, key=lambda m: m.anchor)
+        for m in matches + ones:
+            if not m.bias_inside and id(m) not in searched:
                 find_bias(m)
         legacy, legacy_misses = find_legacy(idx)
-        cands = [Candidate(m) for m in matches] + [Candidate(m, True, b) for m, b in legacy]
-        out.append(GraphPlan(idx, cands, misses + legacy_misses))
+        cands = ([Candidate(m, order=(0, m.anchor)) for m in matches]
+                 + [Candidate(m, order=(1, k)) for k, m in enumerate(ones)]
+                 + [Candidate(m, True, b, order=(2, k)) for k, (m, b) in enumerate(legacy)])
+        out.append(GraphPlan(idx, cands, misses + legacy_misses, sets=sets))
 
     visit(model.graph, None, "")
     return Plan(out, default_opset(model))
@@ -125,8 +165,8 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
 
 def expressible(plan: Plan, target: Target) -> bool:
     """Whether the target can express any GELU found (before its opset is raised)."""
-    return any(target.unsupported(c.match.form, wider(c.match.leaf_type, c.match.root_type)) is None
-               for g in plan.graphs for c in g.candidates)
+    found = [c.match for g in plan.graphs for c in g.candidates] + [ms.match for g in plan.graphs for ms in g.sets]
+    return any(target.unsupported(m.form, wider(m.leaf_type, m.root_type)) is None for m in found)
 
 
 def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]:
@@ -135,31 +175,56 @@ def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]
     bodies the target writes (see _function_dtypes)."""
     for g in plan.graphs:
         idx = g.index
+        misses: list[tuple] = []  # (order, NearMiss): in candidate order, as the report lists them
+        already: list[tuple] = []
         for c in g.candidates:
-            mt = c.match
-            ct = wider(mt.leaf_type, mt.root_type)
-            why = target.unsupported(mt.form, ct)
-            if why:
-                a = idx.node(mt.anchor)
-                res.near_misses.append(NearMiss(idx.path, a.name or f"{a.op_type}#{mt.anchor}", why.code, why.reason,
-                                                mt.form))
-                continue
-            use_bias = c.has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
-            em = target.emission(mt.form, use_bias, mt.alpha)
-            if native.already_target(mt, em, use_bias):
-                res.already.append(record(idx, mt, em, use_bias, ct))
-                continue
-            g.selected.append(Selected(c, ct, em))
+            kind, what = _decide(idx, c, target)
+            if kind == "miss":
+                misses.append((c.order, what))
+            elif kind == "already":
+                already.append((c.order, what))
+            else:
+                g.selected.append(what)
+        for ms in g.sets:
+            kind, what = _decide(idx, Candidate(ms.member(0)), target)
+            if kind == "miss":
+                misses.extend(((0, a), NearMiss(idx.path, idx.label(a), what.code, what.reason, what.form))
+                              for a in ms.anchors.tolist())
+            else:  # a region GELU: never already the target's op
+                g.selected_sets.append(SelectedSet(ms, what.compute_type, what.emission))
+        misses.sort(key=lambda kv: kv[0])
+        already.sort(key=lambda kv: kv[0])
+        res.near_misses.extend(v for _, v in misses)
+        res.already.extend(v for _, v in already)
         res.near_misses.extend(g.misses)
     return _function_dtypes(plan, target)
+
+
+def _decide(idx, c: Candidate, target: Target):
+    """("miss", NearMiss) when the target cannot express it, ("already",
+    Fusion) when it already is the target's op, else ("selected", Selected)."""
+    mt = c.match
+    ct = wider(mt.leaf_type, mt.root_type)
+    why = target.unsupported(mt.form, ct)
+    if why:
+        return "miss", NearMiss(idx.path, idx.label(mt.anchor), why.code, why.reason, mt.form)
+    use_bias = c.has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
+    em = target.emission(mt.form, use_bias, mt.alpha)
+    if native.already_target(mt, em, use_bias):
+        return "already", record(idx, mt, em, use_bias, ct)
+    return "selected", Selected(c, ct, em)
 
 
 def report(plan: Plan, target: Target, res: FuseResult) -> None:
     """What rewrite() would record, without changing anything (inspect)."""
     select(plan, target, res)
     for g in plan.graphs:
-        for s in g.selected:
-            res.fusions.append(record(g.index, s.match, s.emission, s.use_bias, s.compute_type))
+        keyed = [(s.candidate.order, record(g.index, s.match, s.emission, s.use_bias, s.compute_type))
+                 for s in g.selected]
+        for ss in g.selected_sets:
+            keyed.extend(zip([(0, a) for a in ss.set.anchors.tolist()], set_records(g.index, ss)))
+        keyed.sort(key=lambda kv: kv[0])
+        res.fusions.extend(f for _, f in keyed)
 
 
 def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
@@ -201,6 +266,10 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
         before_edit(plan)
     dead: set[str] = set()
     for g in plan.graphs:
+        if g.index.arrays is not None:  # a scanned main graph: at the byte level
+            if g.selected or g.selected_sets:
+                rewrite_graph(g, names, res, dead)
+            continue
         if not g.selected:
             continue
         idx, regions = g.index, []
@@ -217,7 +286,9 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
         replace_regions(idx.graph, regions)
     if not res.fusions:
         return
-    graphs = [g.index.graph for g in plan.graphs]  # every graph of m (plan visited them all)
+    # every graph of m (plan visited them all); a scanned graph's dead
+    # constants and stale value_info went with its rewrite (setrewrite)
+    graphs = [g.index.graph for g in plan.graphs if g.index.arrays is None]
     drop_dead_constants(m, dead, graphs)
     native.drop_unused_functions(m)
     drop_stale_value_info(m, graphs)

@@ -188,7 +188,7 @@ def _detach(n: NodeProto) -> NodeProto:
     return c
 
 
-def _remove_indices(rep, drop) -> None:
+def remove_indices(rep, drop) -> None:
     """Delete the items at indices ``drop`` from a repeated message field
     without copying the others (initializers can hold gigabytes)."""
     if not drop:
@@ -262,8 +262,8 @@ def drop_dead_constants(model: ModelProto, candidates: set[str], graphs=None) ->
                         readers[x] -= 1
                         work.append(x)
     for gi, g in enumerate(graphs):
-        _remove_indices(g.node, drop_nodes.get(gi))
-        _remove_indices(g.initializer, drop_inits.get(gi))
+        remove_indices(g.node, drop_nodes.get(gi))
+        remove_indices(g.initializer, drop_inits.get(gi))
 
 
 def drop_stale_value_info(model: ModelProto, graphs=None) -> None:
@@ -273,7 +273,7 @@ def drop_stale_value_info(model: ModelProto, graphs=None) -> None:
         defined = set(chain.from_iterable([n.output for n in g.node]))
         defined.update([i.name for i in g.input])
         defined.update([t.name for t in g.initializer])
-        _remove_indices(g.value_info, {k for k, vi in enumerate(g.value_info) if vi.name not in defined})
+        remove_indices(g.value_info, {k for k, vi in enumerate(g.value_info) if vi.name not in defined})
 
 
 def ensure_opset(model: ModelProto, domain: str, version: int) -> None:

@@ -66,3 +66,4 @@ def broadcast(shapes: list) -> list | None:
             return None
         out.append(big.pop() if big else 1)
     return out
+

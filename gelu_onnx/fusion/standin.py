@@ -46,6 +46,10 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     if len(model.functions):
         return None  # their calls would lose their bodies here: check the input itself
     main = next(g for g in plan.graphs if g.index.parent is None)
+    if main.index.arrays is not None:  # a scanned main graph: assembled from the file's bytes
+        from .checkbytes import check_model_bytes
+
+        return check_model_bytes(model, main)
     idx = main.index
     classes: dict[tuple, tuple] = {}  # class key -> (x's type, root's type)
     stand: dict[int, tuple] = {}      # a member's last node -> (x, root, class key)
@@ -53,9 +57,9 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     asserts: dict[int, tuple] = {}    # a first region's last node -> (x, root, class key)
     for s in main.selected:
         mt = s.match
-        if s.candidate.legacy or mt.single_op is not None or not _self_contained(idx, mt):
+        if s.candidate.legacy or mt.single_op is not None or not self_contained(idx, mt):
             continue  # kept as in the input
-        key = _class_key(idx, mt)
+        key = class_key(idx, mt)
         if key not in classes:
             types = region_types(idx, mt.nodes, mt.leaf, mt.consts)
             classes[key] = (types.get(mt.leaf), types.get(mt.root))
@@ -107,7 +111,7 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     return head.SerializeToString() + _fields(_GRAPH, [graph])
 
 
-def _self_contained(idx, mt) -> bool:
+def self_contained(idx, mt) -> bool:
     """Nothing outside the region reads or declares its inner tensors."""
     region = set(mt.nodes)
     inner = [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
@@ -118,7 +122,7 @@ def _self_contained(idx, mt) -> bool:
     return all(c in region for o in inner for c in idx.consumers.get(o, ()))
 
 
-def _class_key(idx, mt) -> tuple:
+def class_key(idx, mt) -> tuple:
     """What the region's check depends on besides x: the numeric check's key
     (ops, Cast targets, wiring, constants' types, shapes and bytes, x's
     declared type) and every node's attributes."""

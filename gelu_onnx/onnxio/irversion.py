@@ -79,6 +79,83 @@ def model_facts(model: onnx.ModelProto) -> ModelFacts:
     return ModelFacts(external, total, max(3, *need) if known else None)
 
 
+def serialized_facts(model: onnx.ModelProto) -> tuple[bytes | None, ModelFacts]:
+    """(the model serialized, its ModelFacts): from the native scanner's
+    arrays of those bytes (onnxio.wire) when it maps them, without a walk
+    over every node in Python; else model_facts (bytes None when the model
+    does not serialize, e.g. over 2 GB)."""
+    from google.protobuf.message import EncodeError
+
+    from . import wire
+
+    try:
+        data = model.SerializeToString()
+    except (EncodeError, ValueError):
+        return None, model_facts(model)
+    s = wire.scan(data) if wire.available() else None
+    facts = _scanned_facts(model, s) if s is not None else None
+    return data, facts if facts is not None else model_facts(model)
+
+
+def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
+    """model_facts from a scan of the model's bytes: the same facts; the
+    main graph's nodes and initializers from the arrays, what they do not
+    cover (attribute tensors and types, functions, the graph's value infos)
+    as model_facts reads it. None for a model with subgraphs."""
+    import numpy as np
+
+    from .tensors import ELEM_BITS
+    from .wire import NF_DEVICE, NF_SUBGRAPH, NF_TENSOR, NF_TYPEPROTO
+
+    if (s.node_flags & NF_SUBGRAPH).any():
+        return None
+    g = model.graph
+    try:
+        need = [onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)]
+        for f in model.functions:
+            need.append(onnx.helper.find_min_ir_version_for(list(f.opset_import), ignore_unknown=True))
+        known = True
+    except ValueError:
+        need, known = [], False
+    for vi in (*g.input, *g.output, *g.value_info):
+        _type_min_ir(vi.type, need)
+    tensors: list = []  # attribute tensors, function tensors, and initializers the arrays do not size
+    for i in np.flatnonzero(s.node_flags & (NF_TENSOR | NF_TYPEPROTO)).tolist():
+        n = g.node[i]
+        tensors += attr_tensors(n.attribute)
+        for a in n.attribute:
+            for tp in (*([a.tp] if a.HasField("tp") else []), *a.type_protos):
+                _type_min_ir(tp, need)
+    if (s.node_flags & NF_DEVICE).any():
+        need.append(11)
+    for f in model.functions:
+        for n in f.node:
+            tensors += attr_tensors(n.attribute)
+        tensors += attr_tensors(f.attribute_proto)
+        for vi in getattr(f, "value_info", ()):
+            _type_min_ir(vi.type, need)
+    if len(getattr(model, "configuration", ())):
+        need.append(11)
+    m = len(s.init_name)
+    bits = np.array([ELEM_BITS.get(int(d), -1) for d in s.init_dtype.tolist()], np.int64) if m else \
+        np.zeros(0, np.int64)
+    typed = s.init_typed.reshape(m, 6)
+    plain = (s.init_loc == 0) & (typed[:, 2] == 0)  # string_data: summed by length below
+    count = np.ones(m, np.float64)
+    if len(s.init_dims):
+        np.multiply.at(count, np.repeat(np.arange(m), np.diff(s.init_dims_off)), s.init_dims.astype(np.float64))
+    raw = s.init_raw_len >= 0
+    nbytes = np.where(bits >= 0, np.ceil(count * np.maximum(bits, 0) / 8), s.init_raw_len)
+    sized = np.where(raw, nbytes, 0) + 4 * (typed[:, 0] + typed[:, 1]) + 8 * (typed[:, 3] + typed[:, 4] + typed[:, 5])
+    plain &= count < 2.0 ** 52
+    embedded = int(sized[plain].sum())
+    tensors += [g.initializer[k] for k in np.flatnonzero(~plain).tolist()]
+    external = [t for t in tensors if t.data_location == TensorProto.EXTERNAL]
+    embedded += sum(_embedded(t) for t in tensors if t.data_location != TensorProto.EXTERNAL)
+    need.extend(ELEM_MIN_IR.get(dt, 0) for dt in {t.data_type for t in tensors} | set(s.init_dtype.tolist()))
+    return ModelFacts(external, embedded, max(3, *need) if known else None)
+
+
 def required_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -> int | None:
     """Lowest IR version the model's opsets and element types allow (>= 3),
     None when an opset is unknown to this onnx.  Covers the features added in

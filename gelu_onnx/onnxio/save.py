@@ -174,7 +174,7 @@ def _is_model_file(path: str) -> bool:
 def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None = None,
                source_dir=None, input_path=None, overwrite_input: bool = False,
                max_proto_bytes: int | None = None, keep_backups: bool = False,
-               facts: ModelFacts | None = None) -> SavedModel:
+               facts: ModelFacts | None = None, payload: bytes | None = None) -> SavedModel:
     """Write ``model`` to ``out_path`` atomically (temp file + rename).
 
     ``source`` (the LoadedModel it came from) or ``source_dir``/``input_path``
@@ -189,17 +189,18 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
     GELU_ONNX_TEST_MAX_PROTO_BYTES lowers the default limit, for tests).
     SIGINT/SIGTERM/SIGHUP during the write remove every temp file and put
     back what was replaced (gelu_onnx.interrupts). ``facts``:
-    irversion.model_facts(model), when the caller has it (saves a walk).
+    irversion.model_facts(model), when the caller has it (saves a walk);
+    ``payload``: model.SerializeToString(), when the caller has it.
     """
     if max_proto_bytes is None:
         max_proto_bytes = int(os.environ.get("GELU_ONNX_TEST_MAX_PROTO_BYTES", MAX_PROTO_BYTES))
     with unwinding():
         return _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
-                     keep_backups, facts or model_facts(model))
+                     keep_backups, facts or model_facts(model), payload)
 
 
 def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
-          keep_backups, facts: ModelFacts) -> SavedModel:
+          keep_backups, facts: ModelFacts, given: bytes | None = None) -> SavedModel:
     protected: set[str] = set()
     if source is not None:
         source_dir = source_dir if source_dir is not None else source.base_dir
@@ -290,7 +291,7 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
         margin = min(64 << 20, max_proto_bytes // 8)
         if facts.embedded <= max_proto_bytes - margin:
             try:
-                payload = model.SerializeToString()
+                payload = given if given is not None else model.SerializeToString()
             except EncodeError:
                 payload = None
             if payload is not None and len(payload) > max_proto_bytes:

@@ -35,7 +35,7 @@ import numpy as np
 LIBRARY = "libgelu_onnx_scan.so"
 ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
 ENV_SWITCH = "GELU_ONNX_SCAN"  # "0": never use the scanner
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 OK, MALFORMED, UNSUPPORTED = 0, 1, 2
 # node_flags / attr_flags (plugins/scan/gelu_onnx_scan.cpp)
@@ -83,6 +83,8 @@ def _library():
                     lib.gos_find_many.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
                                                   ctypes.c_int64, ctypes.POINTER(ctypes.c_int32)]
                     lib.gos_find_many.restype = ctypes.c_int64
+                    lib.gos_distinct.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+                    lib.gos_distinct.restype = ctypes.c_int32
                     _lib = lib
             except (OSError, AttributeError):
                 _lib = False
@@ -99,6 +101,7 @@ class Names:
 
     def __init__(self, blob: bytes, off: np.ndarray):
         self._blob, self._off = blob, off
+        self.blob = blob  # every string, each followed by a NUL
         self._cache: list = [None] * (len(off) - 1)
         self.ids: dict[str, int] = {}  # str -> id for every string decoded so far
 
@@ -118,20 +121,20 @@ class Names:
         return self._blob[int(self._off[i]):int(self._off[i + 1]) - 1]
 
     def take(self, ids) -> list[str]:
-        """[names[i] for i in ids], decoding each distinct id once."""
+        """[names[i] for i in ids]; many at once decode the whole table once."""
         ids = np.asarray(ids)
         if not len(ids):
             return []
-        order = np.argsort(ids, kind="stable")
-        sorted_ids = ids[order]
-        first = np.empty(len(ids), bool)
-        first[0] = True
-        np.not_equal(sorted_ids[1:], sorted_ids[:-1], out=first[1:])
-        group = np.cumsum(first) - 1
-        table = np.array([self[i] for i in sorted_ids[first].tolist()], dtype=object)
-        out = np.empty(len(ids), dtype=object)
-        out[order] = table[group]
-        return out.tolist()
+        if len(ids) > 1000:
+            return self.array()[ids].tolist()
+        return [self[i] for i in ids.tolist()]
+
+    def array(self) -> np.ndarray:
+        """Every string, as a numpy object array (decoded once, all at once)."""
+        arr = getattr(self, "_array", None)
+        if arr is None:
+            arr = self._array = np.array(self.blob[:-1].decode("utf-8").split("\0"), dtype=object)
+        return arr
 
 
 class Scan:
@@ -170,6 +173,27 @@ class Scan:
             self._lib.gos_find_many(self._handle, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
                                     len(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
         return out
+
+    def distinct(self, strings: list[bytes]) -> bool:
+        """Whether the byte strings are all different from one another."""
+        off = np.zeros(len(strings) + 1, np.int64)
+        np.cumsum([len(b) for b in strings], out=off[1:])
+        blob = b"".join(strings)
+        return bool(self._lib.gos_distinct(blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(strings)))
+
+    def find_blob(self, blob: bytes, off: np.ndarray) -> np.ndarray:
+        """find() of each string blob[off[k]:off[k+1]], as an int32 array."""
+        off = np.ascontiguousarray(off, np.int64)
+        out = np.empty(len(off) - 1, np.int32)
+        if len(out):
+            self._lib.gos_find_many(self._handle, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+                                    len(out), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
+        return out
+
+    def distinct_blob(self, blob: bytes, off: np.ndarray) -> bool:
+        """Whether the strings blob[off[k]:off[k+1]] are all different."""
+        off = np.ascontiguousarray(off, np.int64)
+        return bool(self._lib.gos_distinct(blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(off) - 1))
 
     def __del__(self):
         h, self._handle = getattr(self, "_handle", None), None

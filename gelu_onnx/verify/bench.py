@@ -26,7 +26,7 @@ from .inputs import describe_inputs, make_inputs
 from ..errors import InputError
 from ..fusion.targets import DEFAULT as DEFAULT_TARGET
 
-BENCH_DIM_DEFAULT = 32
+from ..contract import BENCH_DIM_DEFAULT  # noqa: E402 (re-exported)
 DEFAULT_OPT_LEVELS = ("basic", "all")
 
 

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from .. import contract
 from ..errors import InputError, UnsupportedError
 
-DIM_DEFAULT = 4
+from ..contract import DIM_DEFAULT  # noqa: E402 (re-exported)
 INT_HIGH_DEFAULT = 100
 # Inputs whose name says "mask" get all ones / True: a random 0/1 attention
 # mask can blank a whole row (softmax of all -inf = NaN), which compares NaN

@@ -17,8 +17,7 @@ from .. import contract
 from ..errors import InputError, UnsupportedError
 from .inputs import is_bf16
 
-PROVIDERS = ("cpu", "cuda", "tensorrt")
-OPT_LEVELS = ("disable", "basic", "extended", "all")
+from ..contract import OPT_LEVELS, PROVIDERS  # noqa: E402 (re-exported: verify.PROVIDERS, verify.OPT_LEVELS)
 # ONNX Runtime can load models larger than this only from a file.
 _PROTO_LIMIT = 2**31 - 1
 

@@ -1,0 +1,237 @@
+"""The input's check model (fusion/standin.py) of a main graph the native
+scanner read, assembled from the file's bytes: every node the check model
+keeps is its node field as written, copied; stand-ins are written for all
+members of a set at once (fusion/nodebytes.py).
+
+What is stood in for, and why the check model fails exactly when the
+input's own check does: docs/safety.md, "The check model". Here a repeat
+whose bias Add is found (x = Add(h, b) read by the region alone, x not
+declared, the Add without attributes, b an initializer of at least the rank
+of the region's constants) collapses with its region into one node,
+Add(h, b) -> root (Add + Cast where the root's type differs): the Add's
+own inputs, so the same checks of h and b; x's type, the class's, is the
+bias's (the bias search requires it); and x's shape, broadcast with
+one-element constants of no higher rank than b, is the root's.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import AttributeProto, ModelProto, NodeProto, helper
+
+from .nodebytes import MARK, fill, join, pieces, table_strings
+from .numeric import region_types
+from .standin import MIN_SAVED_SHARE, class_key, self_contained
+
+
+def check_model_bytes(model: ModelProto, g) -> bytes | None:
+    """standin.check_model for ``g``, the plan of a scanned main graph."""
+    idx = g.index
+    t = idx.arrays
+    s = t.scan
+    declared = np.zeros(len(t.names), bool)
+    for name in idx.value_types.declared:
+        i = t.id_of(name)
+        if i >= 0:
+            declared[i] = True
+    # the regions: single matches one by one, a set's members as one block
+    # (one class key for all); each class's first region (in candidate
+    # order) is kept whole, the later ones stood in for
+    singles, blocks = [], []
+    for sel in g.selected:
+        mt = sel.match
+        if sel.candidate.legacy or mt.single_op is not None or not self_contained(idx, mt):
+            continue
+        singles.append((sel.candidate.order[1], class_key(idx, mt), mt))
+    for ss in g.selected_sets:
+        ms = ss.set
+        if ms.match.shared:
+            continue
+        inner = [ms.ids(o) for o in _inner_outputs(idx, ms.match)]
+        ok = ~np.any([declared[c] for c in inner], axis=0) if inner and len(idx.graph.value_info) else \
+            np.ones(len(ms), bool)
+        if ok.any():
+            blocks.append((class_key(idx, ms.match), ss, np.flatnonzero(ok)))
+    first: dict = {}  # key -> (order, Match)
+    for order, key, mt in singles:
+        if key not in first or order < first[key][0]:
+            first[key] = (order, mt)
+    for key, ss, rows in blocks:
+        a = int(ss.set.anchors[rows[0]])
+        if key not in first or a < first[key][0]:
+            first[key] = (a, ss.set.member(int(rows[0])))
+    classes: dict = {}   # key -> (x type, root type, zero rank)
+    firsts: list = []    # (last node, x, root, key) of each class's first region
+    for key, (_, mt) in first.items():
+        types = region_types(idx, mt.nodes, mt.leaf, mt.consts)
+        rank = max((len(c[2]) for node in key[0][0] for c in node[2] if isinstance(c, tuple)), default=0)
+        classes[key] = (types.get(mt.leaf), types.get(mt.root), rank)
+        if None not in classes[key][:2]:
+            firsts.append((max(mt.nodes), mt.leaf, mt.root, key))
+    members: dict = {}   # key -> Matches and (SelectedSet, rows) stood in for
+    for order, key, mt in singles:
+        if None not in classes[key][:2] and first[key][1] is not mt:
+            members.setdefault(key, []).append(mt)
+    for key, ss, rows in blocks:
+        if None in classes[key][:2]:
+            continue
+        if first[key][0] == int(ss.set.anchors[rows[0]]):
+            rows = rows[1:]  # this block holds the class's first region
+        if len(rows):
+            members.setdefault(key, []).append((ss, rows))
+    if not members:
+        return None
+    fresh = _Fresh(t)
+    zeros: dict = {}
+
+    def zero(et: int, rank: int) -> str:
+        if (et, rank) not in zeros:
+            zeros[(et, rank)] = fresh(f"gelu_onnx_check_zero_{et}_{rank}")
+        return zeros[(et, rank)]
+
+    gone = np.zeros(t.n, bool)
+    inserts: list = []  # (node position, 0: in its place / 2: after it, bytes)
+    for key, whats in members.items():
+        tx, troot, rank = classes[key]
+        for w in whats:
+            if not isinstance(w, tuple):
+                gone[w.nodes] = True
+                inserts.append((max(w.nodes), 0, _single(w, tx, troot, zero(tx, rank), fresh)))
+                continue
+            got = _set_standins(idx, w[0], w[1], tx, troot, rank, zero, declared, gone, fresh)
+            if got is None:
+                return None
+            inserts.extend(got)
+    for last, x, root, key in firsts:
+        tx, troot, rank = classes[key]
+        body = b"".join(_field(_node("Add", [n, zero(et, rank)], [fresh(f"{n}_check")]))
+                        for n, et in ((x, tx), (root, troot)))
+        inserts.append((last, 2, body))
+    if gone.sum() < MIN_SAVED_SHARE * t.n:
+        return None
+    nodes = _nodes(s, ~gone, inserts)
+    inits = b"".join(_field(helper.make_tensor(n, et, [1] * rank, [0]).SerializeToString(), 5)
+                     for (et, rank), n in zeros.items())
+    gstart, gval, gend = (int(v) for v in s.model_info)
+    graph = nodes + _other_fields(s, gval, gend) + inits
+    head = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import).SerializeToString()
+    return head + _field(graph, 7)
+
+
+def _inner_outputs(idx, mt) -> list[str]:
+    return [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
+
+
+def _set_standins(idx, ss, rows, tx, troot, rank, zero, declared, gone, fresh):
+    """The stand-ins of a set's members ``rows``: (position, 0, bytes) each; None on a name clash."""
+    t = idx.arrays
+    s = t.scan
+    ms = ss.set
+    nodes = ms.nodes()[rows]
+    gone[nodes.reshape(-1)] = True
+    leaf, root = ms.ids(ms.match.leaf)[rows], ms.ids(ms.match.root)[rows]
+    last = nodes.max(axis=1)
+    b = ms.bias
+    collapse = np.zeros(len(rows), bool)
+    if b is not None and b.found:
+        bnode = ms.anchors[rows] + (b.probe.bias_node - b.probe.anchor)
+        bias = b.ids(b.probe.bias)[rows]
+        k = t.init_of[bias].astype(np.int64)
+        brank = np.where(k >= 0, np.diff(s.init_dims_off)[np.maximum(k, 0)], -1)
+        collapse = ((np.diff(s.node_attr_off)[bnode] == 0) & (s.node_dom[bnode] == 0) & ~declared[leaf]
+                    & (k >= 0) & (brank >= rank) & (t.in_count[bnode] == 2))
+        gone[bnode[collapse]] = True
+    out = []
+    st = table_strings(t)
+    for mask, collapsed in ((collapse, True), (~collapse, False)):
+        if not mask.any():
+            continue
+        vals = {"R": root[mask]}
+        if collapsed:
+            lo = s.node_in_off[bnode[mask]]
+            vals.update(I=s.in_ids[lo], J=s.in_ids[lo + 1])
+            ins = [f"{MARK}I{MARK}", f"{MARK}J{MARK}"]
+        else:
+            vals["L"] = leaf[mask]
+            ins = [f"{MARK}L{MARK}", zero(tx, rank)]
+        if tx == troot:
+            tpl = [_node("Add", ins, [f"{MARK}R{MARK}"])]
+        else:  # a fresh name for the Add's output: the root's name + "_check", none of the model's
+            blob, off = join([f"{MARK}R", "_check"], vals, st, int(mask.sum()))
+            if (s.find_blob(blob, off) >= 0).any() or not s.distinct_blob(blob, off):
+                return None
+            fresh.used.update(blob[off[k]:off[k + 1]].decode("utf-8") for k in range(len(off) - 1))
+            tpl = [_node("Add", ins, [f"{MARK}R{MARK}_check"]),
+                   _node("Cast", [f"{MARK}R{MARK}_check"], [f"{MARK}R{MARK}"], to=troot)]
+        buf, off = fill([pieces(n) for n in tpl], vals, st)
+        body = buf.tobytes()
+        off = off.tolist()
+        out.extend((int(p), 0, body[off[j]:off[j + 1]]) for j, p in enumerate(last[mask].tolist()))
+    return out
+
+
+def _single(mt, tx, troot, zero: str, fresh) -> bytes:
+    if tx == troot:
+        return _field(_node("Add", [mt.leaf, zero], [mt.root]))
+    tmp = fresh(f"{mt.root}_check")
+    return _field(_node("Add", [mt.leaf, zero], [tmp])) + _field(_node("Cast", [tmp], [mt.root], to=troot))
+
+
+def _nodes(s, keep: np.ndarray, inserts: list) -> bytes:
+    """Kept node fields (runs of adjacent ones as one slice) and the inserted
+    ones: in a node's place (0) or right after it (2)."""
+    kept = np.flatnonzero(keep)
+    start, end = s.node_start, s.node_end
+    after = np.zeros(len(keep) + 1, bool)
+    for p, where, _ in inserts:
+        if where == 2:
+            after[p] = True
+    if len(kept):
+        brk = np.flatnonzero((np.diff(kept) != 1) | (start[kept[1:]] != end[kept[:-1]]) | after[kept[:-1]]) + 1
+        firsts, lasts = kept[np.r_[0, brk]], kept[np.r_[brk - 1, len(kept) - 1]]
+    else:
+        firsts = lasts = kept
+    data = s.data
+    items = [(int(f), 1, data[start[f]:end[la]]) for f, la in zip(firsts.tolist(), lasts.tolist())]
+    items += inserts
+    items.sort(key=lambda it: (it[0], it[1]))
+    return b"".join(body for _, _, body in items)
+
+
+def _other_fields(s, gval: int, gend: int) -> bytes:
+    """The graph's fields other than its nodes, as written."""
+    data = s.data
+    if not len(s.node_start):
+        return data[gval:gend]
+    cuts = [gval, *np.ravel(np.stack([s.node_start, s.node_end], axis=1)).tolist(), gend]
+    return b"".join(data[cuts[k]:cuts[k + 1]] for k in range(0, len(cuts), 2) if cuts[k + 1] > cuts[k])
+
+
+class _Fresh:
+    """Names none of the model's strings is, each once."""
+
+    def __init__(self, t):
+        self.t, self.used = t, set()
+
+    def __call__(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.used or self.t.id_of(name) >= 0:
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return name
+
+
+def _node(op: str, ins: list[str], outs: list[str], **attrs) -> bytes:
+    n = NodeProto(op_type=op, input=ins, output=outs)
+    for k, v in attrs.items():
+        n.attribute.add(name=k, i=v, type=AttributeProto.INT)
+    return n.SerializeToString()
+
+
+def _field(payload: bytes, number: int = 1) -> bytes:
+    n, head = len(payload), bytearray([number << 3 | 2])
+    while n > 0x7F:
+        head.append(n & 0x7F | 0x80)
+        n >>= 7
+    head.append(n)
+    return bytes(head) + payload
