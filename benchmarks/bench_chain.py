@@ -13,7 +13,10 @@ state; the table gives the median of each and the median of the per-pair
 ratios (the figure that holds on a shared, drifting machine).
 
   bare      python -c "onnx.load(IN); onnx.save(model, OUT)"
-  gelu-onnx python -m gelu_onnx fuse IN -o OUT (the real CLI, default target)
+  gelu-onnx python -m gelu_onnx fuse IN -o OUT (the real CLI, default target;
+            its one-line report says how many GELUs it fused)
+  --json    (with --with-json) the same with --json: the report lists every
+            fusion (a chain of 100 000 GELUs: a 34 MB document)
   before    the same CLI from another checkout (--before), e.g. the commit
             before a speed change (run as python -S with that checkout first
             on PYTHONPATH: an editable install's import hook would otherwise
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -35,15 +39,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fuse import BARE, machine, measure, node_count, warm_cache  # noqa: E402
 
 
-def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str | None = None) -> dict:
+def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str | None = None,
+          with_json: bool = False) -> dict:
     """``before``: another checkout of gelu-onnx, run as a third contender
-    (its CLI from its own folder) to show the change in the same rotation."""
+    (its CLI from its own folder) to show the change in the same rotation;
+    ``with_json``: also time ``fuse --json``."""
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="gelu-chain-") as out_dir:
         out = os.path.join(out_dir, "out.onnx")
-        fuse = ["-m", "gelu_onnx", "fuse", path, "-o", out, "--json"]
+        fuse = ["-m", "gelu_onnx", "fuse", path, "-o", out]
         cmds = {"bare": ([py, "-c", BARE, path, out, "embedded"], None),
                 "gelu-onnx": ([py, *fuse], None)}
+        if with_json:
+            cmds["json"] = ([py, *fuse, "--json"], None)
         if before:
             cmds["before"] = ([py, "-S", *fuse], before)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
@@ -65,7 +73,8 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
     b = [r["seconds"] for r in runs["bare"]]
     ac = [r["cpu_seconds"] for r in runs["gelu-onnx"]]
     bc = [r["cpu_seconds"] for r in runs["bare"]]
-    fused = runs["gelu-onnx"][-1].get("child", {}).get("fused")
+    said = re.match(r"fused (\d+) GELUs", runs["gelu-onnx"][-1].get("stdout", ""))
+    fused = int(said.group(1)) if said else None
     rec = {"file": os.path.basename(path), "bytes": os.path.getsize(path), "nodes": node_count(path),
            "fused": fused, "gelu_onnx_s": statistics.median(a), "bare_s": statistics.median(b),
            "ratio_median": statistics.median(x / y for x, y in zip(a, b)),
@@ -77,6 +86,9 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
            "loadavg": [min(r["loadavg_before"] for v in runs.values() for r in v),
                        max(r["loadavg_before"] for v in runs.values() for r in v)],
            "repeats": repeats}
+    if with_json:
+        j = [r["seconds"] for r in runs["json"]]
+        rec.update(json_s=statistics.median(j), json_ratio=statistics.median(x / y for x, y in zip(j, b)))
     if before:
         c = [r["seconds"] for r in runs["before"]]
         cc = [r["cpu_seconds"] for r in runs["before"]]
@@ -112,19 +124,20 @@ def markdown(doc: dict) -> str:
         "The machine is shared: 1-minute load average before the runs is given (2 = both cores busy).",
         "",
         "| GELUs | nodes | file | gelu-onnx s | bare s | ratio (min-max) | CPU s gelu-onnx / bare (ratio) "
-        "| µs / node | peak RSS gelu-onnx / bare | before s (x bare, CPU x bare) | load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| µs / node | peak RSS gelu-onnx / bare | with --json s (x bare) | before s (x bare, CPU x bare) | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["results"]:
         before = (f"{r['before_s']:.2f} ({r['before_ratio']:.1f}x, {r['before_cpu_ratio']:.1f}x)"
                   if "before_s" in r else "")
+        js = f"{r['json_s']:.2f} ({r['json_ratio']:.1f}x)" if "json_s" in r else ""
         lines.append(
             f"| {r['fused']} | {r['nodes']} | {r['bytes'] / 1e6:.1f} MB | {r['gelu_onnx_s']:.2f} | {r['bare_s']:.2f} "
             f"| {r['ratio_median']:.1f}x ({r['ratio_min']:.1f}-{r['ratio_max']:.1f}) "
             f"| {r['gelu_onnx_cpu_s']:.2f} / {r['bare_cpu_s']:.2f} ({r['cpu_ratio_median']:.1f}x) "
             f"| {r['gelu_onnx_s'] / r['nodes'] * 1e6:.0f} "
             f"| {r['gelu_onnx_peak_rss'] / 2**20:.0f} / {r['bare_peak_rss'] / 2**20:.0f} MiB "
-            f"| {before} | {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f} |")
+            f"| {js} | {before} | {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f} |")
     lines += ["", *[f"- {n}" for n in doc.get("notes", [])]]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -139,6 +152,7 @@ def main(argv=None) -> int:
     ap.add_argument("--before", action="append", default=[], metavar="N=DIR",
                     help="for size N, also time the gelu-onnx checkout in DIR (e.g. a `git worktree` of an "
                          "older commit) in the same rotation")
+    ap.add_argument("--with-json", action="store_true", help="also time `fuse --json` (the report of every fusion)")
     ap.add_argument("--note", action="append", default=[], help="a line for the notes under the table")
     ap.add_argument("--json")
     ap.add_argument("--md")
@@ -148,7 +162,7 @@ def main(argv=None) -> int:
     before = dict(b.split("=", 1) for b in a.before)
     for n in (int(s) for s in a.sizes.split(",") if s):
         r = bench(os.path.join(a.models, f"synth-{n}.onnx"), a.repeats, a.timeout, a.warmup,
-                  os.path.abspath(before[str(n)]) if str(n) in before else None)
+                  os.path.abspath(before[str(n)]) if str(n) in before else None, a.with_json)
         print(json.dumps(r), flush=True)
         doc["results"].append(r)
     if a.json:

@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import warnings
-from collections import Counter
 
 from .version import __version__
 from . import cli_check, interrupts
@@ -42,10 +41,10 @@ def cmd_fuse(args) -> int:
     if args.json:
         emit_json({"ok": True, **done.as_dict()})
         return 0
-    by_form = Counter(f.form for f in res.fusions)
-    forms = ", ".join(f"{k}: {v}" for k, v in sorted(by_form.items())) or "none found"
+    counts = res.summary()
+    forms = ", ".join(f"{k}: {v}" for k, v in sorted(counts["by_form"].items())) or "none found"
     kept = f", {len(res.already)} already {args.target} ops" if res.already else ""
-    print(f"fused {plural(len(res.fusions), 'GELU')} ({forms}{kept}) -> {args.output} [target {args.target}]")
+    print(f"fused {plural(counts['fused'], 'GELU')} ({forms}{kept}) -> {args.output} [target {args.target}]")
     if res.near_misses:
         print(f"{plural(len(res.near_misses), 'near-miss')} left unfused:")
         for n in res.near_misses:

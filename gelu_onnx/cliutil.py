@@ -6,9 +6,13 @@ import json
 
 
 def emit_json(doc) -> None:
-    from .verify import json_safe
+    try:  # the usual: no non-finite float anywhere (no walk over a big report first)
+        text = json.dumps(doc, indent=2, allow_nan=False)
+    except ValueError:
+        from .verify import json_safe  # non-finite floats as "nan" / "inf" strings
 
-    print(json.dumps(json_safe(doc), indent=2))
+        text = json.dumps(json_safe(doc), indent=2)
+    print(text)
 
 
 def table(rows: list[list], header: list[str]) -> str:

@@ -27,8 +27,11 @@ pytestmark = pytest.mark.skipif(not wire.available(), reason="the native scanner
 
 
 def _report(res) -> dict:
+    counts = res.summary()
     d = res.as_dict()
-    return {k: d[k] for k in ("fusions", "near_misses", "notes", "already_target_ops")}
+    assert counts == res.summary() and list(counts["by_form"]) == list(d["by_form"])
+    return {**{k: d[k] for k in ("fusions", "near_misses", "notes", "already_target_ops")},
+            "counts": (d["fused"], list(d["by_form"].items()))}
 
 
 def _both(model: onnx.ModelProto, target: str, scanned_expected: bool = True):
@@ -125,6 +128,13 @@ def chain(n: int, width: int = 16, fp16: bool = False) -> onnx.ModelProto:
 def test_chains_both_ways(target, fp16):
     plain, _ = _both(chain(60, fp16=fp16), target)
     assert len(plain.fusions) == (60 if target != "standard" else 48)
+
+
+def test_a_fusions_dict_is_its_dataclass_dict():
+    from dataclasses import asdict
+
+    res = gelu_onnx.fuse_with_report(chain(5), "custom")
+    assert [f.as_dict() for f in res.fusions] == [asdict(f) for f in res.fusions]
 
 
 def _perturbed(kind: str) -> onnx.ModelProto:

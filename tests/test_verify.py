@@ -5,6 +5,8 @@ GELU values, exhaustive enumeration / numpy.nextafter for ulp distances.
 """
 from __future__ import annotations
 
+import os
+
 import math
 
 import ml_dtypes
@@ -322,6 +324,48 @@ def test_max_ir_version_is_what_the_runtime_says():
     assert said, str(e.value)
     assert ortinfo.max_ir_version() == int(said.group(1))
     assert ortinfo.loads_ir(ortinfo.max_ir_version()) and not ortinfo.loads_ir(ortinfo.max_ir_version() + 1)
+
+
+def test_the_ir_limit_is_asked_once_per_installed_runtime(tmp_path):
+    """max_ir_version asks the runtime the first time and keeps its answer
+    on disk under the runtime's version, install path and library file: the
+    next process answers without importing onnxruntime; an answer kept for
+    another runtime is not used; GELU_ONNX_CACHE=off keeps nothing."""
+    import json
+    import subprocess
+    import sys
+
+    probe = ("import sys; from gelu_onnx import ortinfo; "
+             "print(ortinfo.max_ir_version(), 'onnxruntime' in sys.modules)")
+
+    def run(cache, **more):
+        env = {**os.environ, **more}
+        env.pop("GELU_ONNX_CACHE", None)
+        if cache is not None:
+            env["GELU_ONNX_CACHE"] = str(cache)
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+        limit, imported = out.stdout.split()
+        return int(limit), imported == "True"
+
+    limit = ortinfo.max_ir_version()
+    assert run(tmp_path / "c") == (limit, True)  # asked: onnxruntime imported
+    kept = json.loads((tmp_path / "c" / "ort-max-ir.json").read_text())
+    (key, value), = kept.items()
+    assert value == limit and key.startswith(ort_version() + "|")
+    assert run(tmp_path / "c") == (limit, False)  # answered from the file
+    (tmp_path / "c" / "ort-max-ir.json").write_text(json.dumps({"0.0.1|elsewhere|1|1": 3}))
+    assert run(tmp_path / "c") == (limit, True)  # another runtime's answer: asked again
+    # the default place ($XDG_CACHE_HOME/gelu-onnx), and GELU_ONNX_CACHE=off never reading it
+    assert run(None, XDG_CACHE_HOME=str(tmp_path / "x")) == (limit, True)
+    assert (tmp_path / "x" / "gelu-onnx" / "ort-max-ir.json").is_file()
+    assert run(None, XDG_CACHE_HOME=str(tmp_path / "x")) == (limit, False)
+    assert run("off", XDG_CACHE_HOME=str(tmp_path / "x")) == (limit, True)
+
+
+def ort_version() -> str:
+    import onnxruntime as ort
+
+    return ort.__version__
 
 
 def test_check_fused_interface_change_fails(tmp_path):
