@@ -21,22 +21,10 @@ from typing import TYPE_CHECKING
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
 from .fusion.targets import DEFAULT as DEFAULT_TARGET
+from .onnxio.fileops import path_arg
 
 if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
     from .api import FuseResult
-
-
-def path_arg(path) -> str:
-    """A path argument as str (bytes decoded as the OS does); never one with NUL."""
-    try:
-        p = os.fspath(path)
-    except TypeError:
-        raise InputError(f"expected a path, got {type(path).__name__}") from None
-    if isinstance(p, bytes):
-        p = os.fsdecode(p)
-    if not p or "\x00" in p:
-        raise InputError(f"{p!r}: not a valid path")
-    return p
 
 
 def require_file(path) -> None:

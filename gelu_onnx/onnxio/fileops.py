@@ -14,6 +14,23 @@ from ..errors import InputError, UnsafeModelError
 from ..interrupts import critical, fault
 
 
+def path_arg(path, what: str = "path") -> str:
+    """A path argument as str (bytes decoded as the OS does), or one line,
+    exit 2: not path-like, empty, or holding NUL. ``what`` names it in that
+    line ("model path", "output path")."""
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise InputError(f"expected a {what}, got {type(path).__name__}") from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p:
+        raise InputError(f"empty {what}")
+    if "\x00" in p:
+        raise InputError(f"{p!r}: not a valid {what}")
+    return p
+
+
 def umask() -> int:
     try:
         with open("/proc/self/status") as f:

@@ -12,6 +12,7 @@ from onnx import TensorProto
 
 from ..errors import InputError, MissingFileError, UnsafeModelError
 from ..interrupts import fault
+from .fileops import path_arg
 from .tensors import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
 from .onepass import NodeTable
@@ -73,17 +74,8 @@ def load_model(path) -> LoadedModel:
     Returns a LoadedModel; raises InputError (exit 2) / UnsafeModelError (exit
     2) with one line naming the file on anything malformed or unsafe.
     """
-    try:
-        shown = os.fspath(path)
-    except TypeError:
-        raise InputError(f"expected a model path, got {type(path).__name__}") from None
-    if isinstance(shown, bytes):
-        shown = os.fsdecode(shown)
+    shown = path_arg(path, "model path")
     where = one_line(shown)
-    if not shown:
-        raise InputError("empty model path")
-    if "\x00" in shown:
-        raise InputError(f"{where!r}: not a valid path")
     try:
         st = os.stat(shown)
     except FileNotFoundError:

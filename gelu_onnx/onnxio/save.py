@@ -15,7 +15,7 @@ from onnx import TensorProto
 from ..errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
 from .tensors import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, external_info,
                       is_external, tensor_nbytes)
-from .fileops import (backup, cleanup, copy_into, makedirs, new_mode, reflink, same_bytes, same_file,
+from .fileops import (backup, path_arg, cleanup, copy_into, makedirs, new_mode, reflink, same_bytes, same_file,
                       source_mode, tmp_in)
 from ..interrupts import critical, fault, unwinding
 from .irversion import ModelFacts, model_facts
@@ -105,15 +105,8 @@ def check_output_path(out_path, input_path=None, overwrite_input: bool = False, 
     writer makes (default: an ONNX model, i.e. a previous output) or it is
     empty: never a user's weights or notes. Returns (path as shown in
     messages, absolute path written, its folder)."""
-    try:
-        shown = os.fspath(out_path)
-    except TypeError:
-        raise InputError(f"expected an output path, got {type(out_path).__name__}") from None
-    if isinstance(shown, bytes):
-        shown = os.fsdecode(shown)
-    where = one_line(str(shown))
-    if not shown or "\x00" in shown:
-        raise InputError(f"{where!r}: not a valid output path")
+    shown = path_arg(out_path, "output path")
+    where = one_line(shown)
     if shown.endswith(os.sep) or (os.altsep and shown.endswith(os.altsep)):
         raise InputError(f"{where}: ends with a path separator; give an output file name")
     out = os.path.abspath(shown)
