@@ -16,9 +16,9 @@ one-element constants of no higher rank than b, is the root's.
 from __future__ import annotations
 
 import numpy as np
-from onnx import AttributeProto, ModelProto, NodeProto, helper
+from onnx import ModelProto, helper
 
-from .nodebytes import MARK, fill, join, pieces, table_strings
+from .nodebytes import MARK, field, fill, join, node_bytes, pieces, table_strings
 from .numeric import region_types
 from .standin import MIN_SAVED_SHARE, class_key, self_contained
 
@@ -103,18 +103,18 @@ def check_model_bytes(model: ModelProto, g) -> bytes | None:
             inserts.extend(got)
     for last, x, root, key in firsts:
         tx, troot, rank = classes[key]
-        body = b"".join(_field(_node("Add", [n, zero(et, rank)], [fresh(f"{n}_check")]))
+        body = b"".join(field(node_bytes("Add", [n, zero(et, rank)], [fresh(f"{n}_check")]))
                         for n, et in ((x, tx), (root, troot)))
         inserts.append((last, 2, body))
     if gone.sum() < MIN_SAVED_SHARE * t.n:
         return None
     nodes = _nodes(s, ~gone, inserts)
-    inits = b"".join(_field(helper.make_tensor(n, et, [1] * rank, [0]).SerializeToString(), 5)
+    inits = b"".join(field(helper.make_tensor(n, et, [1] * rank, [0]).SerializeToString(), 5)
                      for (et, rank), n in zeros.items())
     gstart, gval, gend = (int(v) for v in s.model_info)
     graph = nodes + _other_fields(s, gval, gend) + inits
     head = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import).SerializeToString()
-    return head + _field(graph, 7)
+    return head + field(graph, 7)
 
 
 def _inner_outputs(idx, mt) -> list[str]:
@@ -154,14 +154,14 @@ def _set_standins(idx, ss, rows, tx, troot, rank, zero, declared, gone, fresh):
             vals["L"] = leaf[mask]
             ins = [f"{MARK}L{MARK}", zero(tx, rank)]
         if tx == troot:
-            tpl = [_node("Add", ins, [f"{MARK}R{MARK}"])]
+            tpl = [node_bytes("Add", ins, [f"{MARK}R{MARK}"])]
         else:  # a fresh name for the Add's output: the root's name + "_check", none of the model's
             blob, off = join([f"{MARK}R", "_check"], vals, st, int(mask.sum()))
             if (s.find_blob(blob, off) >= 0).any() or not s.distinct_blob(blob, off):
                 return None
             fresh.used.update(blob[off[k]:off[k + 1]].decode("utf-8") for k in range(len(off) - 1))
-            tpl = [_node("Add", ins, [f"{MARK}R{MARK}_check"]),
-                   _node("Cast", [f"{MARK}R{MARK}_check"], [f"{MARK}R{MARK}"], to=troot)]
+            tpl = [node_bytes("Add", ins, [f"{MARK}R{MARK}_check"]),
+                   node_bytes("Cast", [f"{MARK}R{MARK}_check"], [f"{MARK}R{MARK}"], to=troot)]
         buf, off = fill([pieces(n) for n in tpl], vals, st)
         body = buf.tobytes()
         off = off.tolist()
@@ -171,9 +171,9 @@ def _set_standins(idx, ss, rows, tx, troot, rank, zero, declared, gone, fresh):
 
 def _single(mt, tx, troot, zero: str, fresh) -> bytes:
     if tx == troot:
-        return _field(_node("Add", [mt.leaf, zero], [mt.root]))
+        return field(node_bytes("Add", [mt.leaf, zero], [mt.root]))
     tmp = fresh(f"{mt.root}_check")
-    return _field(_node("Add", [mt.leaf, zero], [tmp])) + _field(_node("Cast", [tmp], [mt.root], to=troot))
+    return field(node_bytes("Add", [mt.leaf, zero], [tmp])) + field(node_bytes("Cast", [tmp], [mt.root], to=troot))
 
 
 def _nodes(s, keep: np.ndarray, inserts: list) -> bytes:
@@ -219,19 +219,3 @@ class _Fresh:
             name = f"{base}_{k}"
         self.used.add(name)
         return name
-
-
-def _node(op: str, ins: list[str], outs: list[str], **attrs) -> bytes:
-    n = NodeProto(op_type=op, input=ins, output=outs)
-    for k, v in attrs.items():
-        n.attribute.add(name=k, i=v, type=AttributeProto.INT)
-    return n.SerializeToString()
-
-
-def _field(payload: bytes, number: int = 1) -> bytes:
-    n, head = len(payload), bytearray([number << 3 | 2])
-    while n > 0x7F:
-        head.append(n & 0x7F | 0x80)
-        n >>= 7
-    head.append(n)
-    return bytes(head) + payload

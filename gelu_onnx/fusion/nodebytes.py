@@ -10,6 +10,7 @@ the model (an id into the scanner's string table)."""
 from __future__ import annotations
 
 import numpy as np
+from onnx import AttributeProto, NodeProto
 
 MARK = "\x00"  # placeholders are "\x00KEY\x00" (no name the scanner maps holds a NUL)
 
@@ -192,3 +193,28 @@ def join(parts: list[str], values: dict[str, np.ndarray], strings: Strings, m: i
     off = np.zeros(m + 1, np.int64)
     np.cumsum(np.stack(lens, axis=1).sum(axis=1), out=off[1:])
     return out.tobytes(), off
+
+
+def varint(n: int) -> bytes:
+    """A non-negative int as a protobuf varint."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def field(payload: bytes, number: int = 1) -> bytes:
+    """``payload`` as one length-delimited protobuf field (default: GraphProto's
+    node): models are assembled from serialized parts, so no node passes
+    through a Python protobuf object twice."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def node_bytes(op: str, ins: list[str], outs: list[str], **ints) -> bytes:
+    """A serialized default-domain node with INT attributes (the check models' Add and Cast)."""
+    n = NodeProto(op_type=op, input=ins, output=outs)
+    for k, v in ints.items():
+        n.attribute.add(name=k, i=v, type=AttributeProto.INT)
+    return n.SerializeToString()

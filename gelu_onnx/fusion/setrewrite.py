@@ -20,7 +20,7 @@ import numpy as np
 
 from .findings import Match
 from .legacy import legacy_nodes
-from .nodebytes import MARK, fill, join, pieces, split, table_strings
+from .nodebytes import MARK, field, fill, join, pieces, split, table_strings
 from ..onnxio.arraytable import unique
 from .report import Fusion, record
 from .rewrite import emit_nodes, remove_indices
@@ -128,7 +128,7 @@ def _emit_all(g, names, dead: set, checking: bool = True) -> list:
             nodes = emit(mt, s.emission, s.compute_type, s.use_bias, gen)
             removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
             dead.update(mt.consts)
-        edits.append((max(mt.nodes), b"".join(_field(n.SerializeToString()) for n in nodes), removed))
+        edits.append((max(mt.nodes), b"".join(field(n.SerializeToString()) for n in nodes), removed))
         read.append(t.scan.find_many([x for n in nodes for x in n.input if x]))
         written.append(t.scan.find_many([x for n in nodes for x in n.output if x]))
     for tpl in tpls:
@@ -154,20 +154,6 @@ class _Reserved:
                 for blob, off in tpl.generated_names():
                     self._names.update(blob[off[k]:off[k + 1]].decode("utf-8") for k in range(len(off) - 1))
         return name in self._names
-
-
-def _field(node: bytes) -> bytes:
-    """A serialized NodeProto as GraphProto's field 1 (node)."""
-    return b"\x0a" + _varint(len(node)) + node
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 class _SetTemplate:

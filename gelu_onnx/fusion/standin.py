@@ -25,8 +25,9 @@ file itself for the message.
 """
 from __future__ import annotations
 
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, helper
+from onnx import GraphProto, ModelProto, helper
 
+from .nodebytes import field, node_bytes
 from .numeric import region_key, region_types
 
 # Field numbers (from the schema, not hard-coded) of what is assembled as bytes.
@@ -91,24 +92,25 @@ def check_model(model: ModelProto, plan) -> bytes | None:
             x, root, key = asserts[i]
             tx, troot = classes[key]
             for t, et in ((x, tx), (root, troot)):
-                entries.append(_node("Add", [t, zero(et, key)], [names(f"{t}_check")]))
+                entries.append(node_bytes("Add", [t, zero(et, key)], [names(f"{t}_check")]))
         elif i in stand:
             x, root, key = stand[i]
             tx, troot = classes[key]
             if tx == troot:
-                entries.append(_node("Add", [x, zero(tx, key)], [root]))
+                entries.append(node_bytes("Add", [x, zero(tx, key)], [root]))
             else:
                 t = names(f"{root}_check")
-                entries.append(_node("Add", [x, zero(tx, key)], [t]))
-                entries.append(_node("Cast", [t], [root], to=troot))
+                entries.append(node_bytes("Add", [x, zero(tx, key)], [t]))
+                entries.append(node_bytes("Cast", [t], [root], to=troot))
     g = model.graph
     inits = [t.SerializeToString() for t in g.initializer]
     inits += [helper.make_tensor(n, et, [1] * rank, [0]).SerializeToString() for (et, rank), n in zeros.items()]
     rest = GraphProto(name=g.name, input=g.input, output=g.output, value_info=g.value_info,
                       sparse_initializer=g.sparse_initializer)
-    graph = b"".join([_fields(_NODE, entries), _fields(_INIT, inits), rest.SerializeToString()])
+    graph = b"".join([*(field(e, _NODE) for e in entries), *(field(i, _INIT) for i in inits),
+                      rest.SerializeToString()])
     head = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import)
-    return head.SerializeToString() + _fields(_GRAPH, [graph])
+    return head.SerializeToString() + field(graph, _GRAPH)
 
 
 def self_contained(idx, mt) -> bool:
@@ -146,27 +148,3 @@ class _Fresh:
             name = f"{base}_{k}"
         self.used.add(name)
         return name
-
-
-def _node(op: str, ins: list[str], outs: list[str], **attrs) -> bytes:
-    n = NodeProto(op_type=op, input=ins, output=outs)
-    for k, v in attrs.items():
-        n.attribute.add(name=k, i=v, type=AttributeProto.INT)
-    return n.SerializeToString()
-
-
-def _fields(number: int, payloads: list[bytes]) -> bytes:
-    """Each payload as one length-delimited protobuf field ``number``: the
-    model is assembled from serialized parts, so no node passes through a
-    Python protobuf object twice."""
-    tag = _varint(number << 3 | 2)
-    return b"".join(tag + _varint(len(p)) + p for p in payloads)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
