@@ -13,11 +13,10 @@ one by one by Validator.tensor, as one_pass checks every tensor.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
 from .arraytable import ArrayTable, unique
-from .onepass import Recheck, norm_domain
-from .tensors import ELEM_BITS, KNOWN_TYPES, ONNX_DOMAINS
+from .onepass import Recheck, known_ops
+from .tensors import ELEM_BITS, KNOWN_TYPES
 from .walk import attr_tensors
 from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR
 
@@ -68,21 +67,7 @@ def array_pass(v, g, scan) -> ArrayTable:
         raise Recheck
     # every (op, domain) imported and known
     kinds = unique(s.node_op.astype(np.int64) << 32 | s.node_dom.astype(np.int64))
-    for k in kinds.tolist():
-        op, dom = s.names[k >> 32], s.names[k & 0xFFFFFFFF]
-        d = norm_domain(dom)
-        if d not in v.opsets:
-            raise Recheck
-        if d in ONNX_DOMAINS and (d, op) not in v.local_functions:
-            key = (op, d, v.opsets[d])
-            if key not in v.schema_errors:
-                try:
-                    onnx.defs.get_schema(op, v.opsets[d], d)
-                except Exception:  # onnx's SchemaError
-                    raise Recheck from None
-                v.schema_errors[key] = None
-            elif v.schema_errors[key]:
-                raise Recheck
+    known_ops(v, ((s.names[k >> 32], s.names[k & 0xFFFFFFFF]) for k in kinds.tolist()))
     return ArrayTable(g, s)
 
 

@@ -39,16 +39,41 @@ class ModelFacts:
     min_ir: int | None
 
 
-def model_facts(model: onnx.ModelProto) -> ModelFacts:
-    """One walk over every graph and tensor (a walk costs about as much as
-    serializing the model: writing one takes it once, not four times)."""
+def _opset_needs(model) -> tuple[list[int], bool]:
+    """The IR versions the model's and its functions' opset imports need;
+    known=False when onnx does not know one of them."""
     try:
         need = [onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)]
         for f in model.functions:
             need.append(onnx.helper.find_min_ir_version_for(list(f.opset_import), ignore_unknown=True))
-        known = True
+        return need, True
     except ValueError:
-        need, known = [], False
+        return [], False
+
+
+def _attr_type_needs(n, need: list) -> None:
+    for a in n.attribute:
+        for tp in (*([a.tp] if a.HasField("tp") else []), *a.type_protos):
+            _type_min_ir(tp, need)
+
+
+def _function_needs(model, tensors: list, need: list) -> None:
+    """Model-local functions' tensors (into ``tensors``) and types, and the
+    model's configuration (IR 11), into ``need``."""
+    for f in model.functions:
+        for n in f.node:
+            tensors += attr_tensors(n.attribute)
+        tensors += attr_tensors(f.attribute_proto)
+        for vi in getattr(f, "value_info", ()):
+            _type_min_ir(vi.type, need)
+    if len(getattr(model, "configuration", ())):
+        need.append(11)
+
+
+def model_facts(model: onnx.ModelProto) -> ModelFacts:
+    """One walk over every graph and tensor (a walk costs about as much as
+    serializing the model: writing one takes it once, not four times)."""
+    need, known = _opset_needs(model)
     tensors: list = []  # what iter_tensors yields, gathered in the same walk
     configured = "device_configurations" in onnx.NodeProto.DESCRIPTOR.fields_by_name
     for _, g in iter_graphs(model):
@@ -60,19 +85,10 @@ def model_facts(model: onnx.ModelProto) -> ModelFacts:
         for n in g.node:
             if n.attribute:
                 tensors += attr_tensors(n.attribute)
-                for a in n.attribute:
-                    for tp in (*([a.tp] if a.HasField("tp") else []), *a.type_protos):
-                        _type_min_ir(tp, need)
+                _attr_type_needs(n, need)
             if configured and len(n.device_configurations):
                 need.append(11)
-    for f in model.functions:
-        for n in f.node:
-            tensors += attr_tensors(n.attribute)
-        tensors += attr_tensors(f.attribute_proto)
-        for vi in getattr(f, "value_info", ()):
-            _type_min_ir(vi.type, need)
-    if len(getattr(model, "configuration", ())):
-        need.append(11)
+    _function_needs(model, tensors, need)
     external = [t for t in tensors if t.data_location == TensorProto.EXTERNAL]
     total = sum(_embedded(t) for t in tensors if t.data_location != TensorProto.EXTERNAL)
     need.extend(ELEM_MIN_IR.get(dt, 0) for dt in {t.data_type for t in tensors})
@@ -110,32 +126,17 @@ def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     if (s.node_flags & NF_SUBGRAPH).any():
         return None
     g = model.graph
-    try:
-        need = [onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)]
-        for f in model.functions:
-            need.append(onnx.helper.find_min_ir_version_for(list(f.opset_import), ignore_unknown=True))
-        known = True
-    except ValueError:
-        need, known = [], False
+    need, known = _opset_needs(model)
     for vi in (*g.input, *g.output, *g.value_info):
         _type_min_ir(vi.type, need)
     tensors: list = []  # attribute tensors, function tensors, and initializers the arrays do not size
     for i in np.flatnonzero(s.node_flags & (NF_TENSOR | NF_TYPEPROTO)).tolist():
         n = g.node[i]
         tensors += attr_tensors(n.attribute)
-        for a in n.attribute:
-            for tp in (*([a.tp] if a.HasField("tp") else []), *a.type_protos):
-                _type_min_ir(tp, need)
+        _attr_type_needs(n, need)
     if (s.node_flags & NF_DEVICE).any():
         need.append(11)
-    for f in model.functions:
-        for n in f.node:
-            tensors += attr_tensors(n.attribute)
-        tensors += attr_tensors(f.attribute_proto)
-        for vi in getattr(f, "value_info", ()):
-            _type_min_ir(vi.type, need)
-    if len(getattr(model, "configuration", ())):
-        need.append(11)
+    _function_needs(model, tensors, need)
     m = len(s.init_name)
     bits = np.array([ELEM_BITS.get(int(d), -1) for d in s.init_dtype.tolist()], np.int64) if m else \
         np.zeros(0, np.int64)

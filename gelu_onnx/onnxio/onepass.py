@@ -53,6 +53,26 @@ def norm_domain(d) -> str:
     return "" if d in ("", "ai.onnx") else d
 
 
+def known_ops(v, kinds) -> None:
+    """Every (op, domain) imported and, in an ONNX domain, known to onnx at
+    the imported opset (or a local function); else Recheck. The answers are
+    kept in ``v.schema_errors``."""
+    for op, dom in kinds:
+        d = norm_domain(dom)
+        if d not in v.opsets:
+            raise Recheck
+        if d in ONNX_DOMAINS and (d, op) not in v.local_functions:
+            key = (op, d, v.opsets[d])
+            if key not in v.schema_errors:
+                try:
+                    onnx.defs.get_schema(op, v.opsets[d], d)
+                except Exception:  # onnx's SchemaError
+                    raise Recheck from None
+                v.schema_errors[key] = None
+            elif v.schema_errors[key]:
+                raise Recheck
+
+
 def one_pass(v, g, outer: Scope | None) -> set:
     """Validator.graph()'s checks of ``g`` in one pass (``v``: the
     Validator), for the common case: nodes in topological order (each input
@@ -116,20 +136,7 @@ def one_pass(v, g, outer: Scope | None) -> set:
     if bytes in set(map(type, names)) | set(map(type, texts)) | set(map(type, t.labels)) or \
             any(type(op) is bytes or type(d) is bytes for op, d in kinds):
         raise Recheck
-    for op, dom in kinds:
-        d = norm_domain(dom)
-        if d not in v.opsets:
-            raise Recheck
-        if d in ONNX_DOMAINS and (d, op) not in v.local_functions:
-            key = (op, d, v.opsets[d])
-            if key not in v.schema_errors:
-                try:
-                    onnx.defs.get_schema(op, v.opsets[d], d)
-                except Exception:  # onnx's SchemaError
-                    raise Recheck from None
-                v.schema_errors[key] = None
-            elif v.schema_errors[key]:
-                raise Recheck
+    known_ops(v, kinds)
     if outer is None:
         v.table = t
     return free
