@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gelu_onnx import cli, onnxio
-from gelu_onnx.onnxio import splice
+from gelu_onnx.onnxio import protowire, splice
 from gelu_onnx.errors import GeluOnnxError, InputError
 from gelu_onnx.fusion.graph import tensor_value
 
@@ -310,7 +310,7 @@ def test_wire_walker_stays_in_bounds():
     for _ in range(500):
         blob = rng.integers(0, 256, int(rng.integers(0, 64)), dtype=np.uint8).tobytes()
         try:
-            for _, _, fs, vs, fe in splice._fields(splice._Src(blob), 0, len(blob)):
+            for _, _, fs, vs, fe in protowire.iter_fields(protowire.Source(blob), 0, len(blob)):
                 assert 0 <= fs < vs <= fe <= len(blob) or (fs < fe <= len(blob))
-        except (splice._Malformed, splice._Unsupported):
+        except (protowire.Malformed, protowire.Unsupported):
             pass

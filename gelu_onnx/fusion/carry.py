@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..onnxio.arraytable import unique
-from .graph import ELEMENTWISE
+from .ops import ELEMENTWISE
 from .shapes import broadcast
 
 _CLOSURE_ROUNDS = 8  # rounds of taking in the arguments' arguments

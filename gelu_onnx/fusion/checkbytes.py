@@ -20,7 +20,7 @@ from onnx import ModelProto, helper
 
 from .nodebytes import MARK, field, fill, join, node_bytes, pieces, table_strings
 from .numeric import region_types
-from .standin import MIN_SAVED_SHARE, class_key, self_contained
+from .checkclass import MIN_SAVED_SHARE, class_key, self_contained
 
 
 def check_model_bytes(model: ModelProto, g) -> bytes | None:

@@ -27,7 +27,7 @@ import onnx.inliner
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, helper
 
 from .. import contract as C
-from .graph import ANCHOR_OPS
+from .ops import ANCHOR_OPS
 from ..onnxio.walk import subgraphs
 
 if TYPE_CHECKING:

@@ -11,17 +11,9 @@ from __future__ import annotations
 from onnx import GraphProto, NodeProto, TensorProto
 
 from .constants import ConstInfo, constant_node_value, elem_type_of, fold, tensor_value
-
 from ..onnxio.walk import subgraphs
-
-# Ops that may sit inside a GELU spelling. All are elementwise on one
-# non-constant operand plus scalar constants.
-BINARY_OPS = {"Add", "Sub", "Mul", "Div", "Pow"}
-UNARY_OPS = {"Neg", "Erf", "Tanh", "Sigmoid", "Cast", "Identity", "Sqrt", "Reciprocal"}
-ELEMENTWISE = BINARY_OPS | UNARY_OPS
-ANCHOR_OPS = {"Erf", "Tanh", "Sigmoid"}
-# Ops we are willing to constant-fold when all their inputs are constants.
-FOLDABLE = ELEMENTWISE
+from .ops import ELEMENTWISE, FOLDABLE
+from .shapes import elementwise_shape
 
 
 def outer_references(graph: GraphProto) -> set[str]:
@@ -210,8 +202,6 @@ class GraphIndex:
             return self.value_shapes[name]
         if self.parent is not None and not self.defines(name):
             return self.parent.shape(name)
-        from .shapes import elementwise_shape  # (it imports this module)
-
         s = ...
         if self.carried is not None:  # solved in bulk (fusion.carry), the same answer
             i = self.arrays.id_of(name)

@@ -29,10 +29,11 @@ from . import numeric
 from .bias import find_initializer
 from .findings import Code, Match, NearMiss
 from .constants import tensor_value
-from .graph import ANCHOR_OPS, GraphIndex
+from .graph import GraphIndex
+from .ops import ANCHOR_OPS
 from .numeric import (PROBE, checked_region, classify, evaluate, intermediate_violation, region_key, region_precision,
                       region_types)
-from .region import (MAX_REGION_NODES, Cone, bad_source, cone, find_leaf, is_default_domain, is_scalar,
+from .region import (MAX_REGION_NODES, Cone, bad_source, cone, find_leaf, is_scalar,
                      leaf_candidates, region_node_ok, root_candidates, scalar_const)
 
 

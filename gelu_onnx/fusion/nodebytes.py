@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import AttributeProto, NodeProto
 
+from ..onnxio.protowire import varint
+
 MARK = "\x00"  # placeholders are "\x00KEY\x00" (no name the scanner maps holds a NUL)
 
 
@@ -193,16 +195,6 @@ def join(parts: list[str], values: dict[str, np.ndarray], strings: Strings, m: i
     off = np.zeros(m + 1, np.int64)
     np.cumsum(np.stack(lens, axis=1).sum(axis=1), out=off[1:])
     return out.tobytes(), off
-
-
-def varint(n: int) -> bytes:
-    """A non-negative int as a protobuf varint."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def field(payload: bytes, number: int = 1) -> bytes:

@@ -11,7 +11,8 @@ from onnx import TensorProto
 
 from .. import contract as C
 from .findings import Code
-from .graph import BINARY_OPS, GraphIndex
+from .graph import GraphIndex
+from .ops import BINARY_OPS
 
 
 # Probe grid: dense where GELU bends, sparse tails, tiny magnitudes.

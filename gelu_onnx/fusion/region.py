@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .graph import ANCHOR_OPS, BINARY_OPS, ELEMENTWISE, GraphIndex
+from .graph import GraphIndex
+from .ops import ANCHOR_OPS, BINARY_OPS, ELEMENTWISE
 
 
 # How far we look: a GELU spelling has at most ~12 elementwise nodes; the
@@ -151,7 +152,7 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
     found: list[tuple[int, str]] = []
     frontier = [(out, 0)]
     seen = {out}
-    producer, ops, consumers = idx.producer, idx.ops, idx.consumers
+    ops, consumers = idx.ops, idx.consumers
     while frontier:
         t, d = frontier.pop()
         if d >= MAX_ROOT_DEPTH:

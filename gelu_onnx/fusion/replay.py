@@ -35,7 +35,7 @@ import numpy as np
 from .bias import find_bias
 from .carry import carry_shapes
 from .findings import Match, NearMiss
-from .graph import ANCHOR_OPS
+from .ops import ANCHOR_OPS
 from .match import match_anchor
 from .matchset import BiasSlots, MatchSet
 from .template import Template

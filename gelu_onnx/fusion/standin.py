@@ -28,16 +28,14 @@ from __future__ import annotations
 from onnx import GraphProto, ModelProto, helper
 
 from .nodebytes import field, node_bytes
-from .numeric import region_key, region_types
+from .checkbytes import check_model_bytes
+from .checkclass import MIN_SAVED_SHARE, class_key, self_contained
+from .numeric import region_types
 
 # Field numbers (from the schema, not hard-coded) of what is assembled as bytes.
 _NODE = GraphProto.DESCRIPTOR.fields_by_name["node"].number
 _INIT = GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
 _GRAPH = ModelProto.DESCRIPTOR.fields_by_name["graph"].number
-
-# A stand-in saves nodes only where many regions repeat: below this share of
-# the graph's nodes the input itself is checked (no bytes assembled).
-MIN_SAVED_SHARE = 0.25
 
 
 def check_model(model: ModelProto, plan) -> bytes | None:
@@ -48,8 +46,6 @@ def check_model(model: ModelProto, plan) -> bytes | None:
         return None  # their calls would lose their bodies here: check the input itself
     main = next(g for g in plan.graphs if g.index.parent is None)
     if main.index.arrays is not None:  # a scanned main graph: assembled from the file's bytes
-        from .checkbytes import check_model_bytes
-
         return check_model_bytes(model, main)
     idx = main.index
     classes: dict[tuple, tuple] = {}  # class key -> (x's type, root's type)
@@ -111,27 +107,6 @@ def check_model(model: ModelProto, plan) -> bytes | None:
                       rest.SerializeToString()])
     head = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import)
     return head.SerializeToString() + field(graph, _GRAPH)
-
-
-def self_contained(idx, mt) -> bool:
-    """Nothing outside the region reads or declares its inner tensors."""
-    region = set(mt.nodes)
-    inner = [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
-    if len(idx.graph.value_info) and any(o in idx.value_types for o in inner):
-        return False
-    if mt.shared is not None:
-        return not mt.shared
-    return all(c in region for o in inner for c in idx.consumers.get(o, ()))
-
-
-def class_key(idx, mt) -> tuple:
-    """What the region's check depends on besides x: the numeric check's key
-    (ops, Cast targets, wiring, constants' types, shapes and bytes, x's
-    declared type) and every node's attributes."""
-    key = mt.key if mt.key is not None else region_key(idx, mt.anchor, mt.nodes, mt.leaf, mt.root, mt.consts)
-    attrs = tuple((k, b"".join(a.SerializeToString() for a in idx.nodes[i].attribute))
-                  for k, i in enumerate(mt.nodes) if idx.has_attributes(i))
-    return key, attrs
 
 
 class _Fresh:

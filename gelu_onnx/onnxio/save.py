@@ -20,6 +20,7 @@ from .fileops import (backup, path_arg, cleanup, copy_into, makedirs, new_mode, 
 from ..interrupts import critical, fault, unwinding
 from .irversion import ModelFacts, model_facts
 from .load import LoadedModel
+from .protowire import is_model_file
 from .validate import Validator, one_line
 from .walk import iter_tensors
 
@@ -152,16 +153,10 @@ def refuse_unreplaceable(where: str, out: str, replaceable=None) -> None:
             return
     except OSError:
         return  # not there
-    if not (replaceable(out) if replaceable is not None else _is_model_file(out)):
+    if not (replaceable(out) if replaceable is not None else is_model_file(out)):
         raise InputError(f"{where}: exists and is not {'a file this command writes' if replaceable else 'an ONNX model'}"
                          " (weights? another file?); refusing to replace it: remove it first or choose "
                          "another output path")
-
-
-def _is_model_file(path: str) -> bool:
-    from .splice import is_model_file  # splice reads the wire format (and imports this module)
-
-    return is_model_file(path)
 
 
 def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None = None,

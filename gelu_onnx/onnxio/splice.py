@@ -46,6 +46,7 @@ from ..errors import GeluOnnxError, InputError, UnsupportedError
 from .load import LoadedModel
 from .fileops import cleanup, copy_range, new_mode, tmp_in, write_all
 from ..interrupts import critical, fault, unwinding
+from .protowire import LEN, Malformed, Source, Unsupported, field_key, iter_fields, varint
 from .save import SavedModel, check_output_path
 from .tensors import MAX_PROTO_BYTES, MMAP_MIN_BYTES, tensor_nbytes
 from .validate import validate_model
@@ -63,112 +64,9 @@ _MARGIN = 16 << 20
 # File names usable as a relative external-data location as they are.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=@,-]*")
 
-_LEN = 2  # length-delimited wire type
 _GRAPH, _INITIALIZER = 7, 5  # ModelProto.graph, GraphProto.initializer
 _RAW_DATA = 9  # TensorProto.raw_data
 _OTHER_DATA = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
-
-
-class _Unsupported(Exception):
-    """Valid protobuf this module does not map field by field: use the plain path."""
-
-
-class _Malformed(Exception):
-    """Not a well-formed protobuf message."""
-
-
-# --- wire format ------------------------------------------------------------
-
-
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise _Malformed("a field header runs past the end of its message")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise _Malformed("a varint is longer than 10 bytes")
-
-
-class _Src:
-    """The input's bytes: a file read with pread in small windows (nothing is
-    mapped, so the weights never count as this process's memory), or bytes."""
-
-    WINDOW = 1 << 16
-
-    def __init__(self, data=None, fd: int | None = None, size: int = 0):
-        self.data, self.fd = data, fd
-        self.size = len(data) if data is not None else size
-
-    def read(self, start: int, end: int) -> bytes:
-        if self.data is not None:
-            return bytes(self.data[start:end])
-        out = os.pread(self.fd, end - start, start)
-        while len(out) < end - start:
-            more = os.pread(self.fd, end - start - len(out), start + len(out))
-            if not more:
-                raise _Malformed("the file ends early")
-            out += more
-        return out
-
-    def window(self, pos: int, end: int) -> tuple[bytes, int]:
-        """(bytes, their offset) with the bytes at pos; at least 20 unless the range ends."""
-        if self.data is not None:
-            return self.data, 0
-        return os.pread(self.fd, min(self.WINDOW, end - pos), pos), pos
-
-
-def _fields(src: _Src, start: int, end: int):
-    """(field number, wire type, field start, value start, field end) of each
-    field of the message at [start, end); never reads outside that range."""
-    pos = start
-    win, base = b"", 0
-    while pos < end:
-        # a field header (key + length or varint value) is at most 20 bytes
-        if pos - base + 20 > len(win) and base + len(win) < end:
-            win, base = src.window(pos, end)
-        lim = min(end, base + len(win)) - base
-        i = fstart = pos - base
-        key, i = _varint(win, i, lim)
-        num, wt = key >> 3, key & 7
-        if num == 0:
-            raise _Malformed("field number 0")
-        if wt == 0:
-            _, i = _varint(win, i, lim)
-            vstart = i
-        elif wt == 1:
-            vstart, i = i, i + 8
-        elif wt == _LEN:
-            n, vstart = _varint(win, i, lim)
-            i = vstart + n
-        elif wt == 5:
-            vstart, i = i, i + 4
-        elif wt in (3, 4):
-            raise _Unsupported("protobuf groups")
-        else:
-            raise _Malformed(f"invalid wire type {wt}")
-        pos = base + i
-        if pos > end:
-            raise _Malformed("a field runs past the end of its message")
-        yield num, wt, base + fstart, base + vstart, pos
-
-
-def _key(num: int, wt: int) -> bytes:
-    return _enc_varint((num << 3) | wt)
-
-
-def _enc_varint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 # --- the skeleton -------------------------------------------------------------
@@ -261,17 +159,17 @@ class Skeleton:
         external = sum(1 for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
         buf = model.SerializeToString()  # small: the weights are placeholders
         try:
-            src = _Src(buf)
-            graphs = [f for f in _fields(src, 0, len(buf)) if f[0] == _GRAPH]
-        except (_Malformed, _Unsupported) as e:  # we serialized it: a bug
+            src = Source(buf)
+            graphs = [f for f in iter_fields(src, 0, len(buf)) if f[0] == _GRAPH]
+        except (Malformed, Unsupported) as e:  # we serialized it: a bug
             raise GeluOnnxError(f"splice: cannot re-read the fused skeleton ({e})") from None
         if len(graphs) != 1:
             raise GeluOnnxError("splice: the fused skeleton has no single graph field")
         _, _, gstart, gval, gend = graphs[0]
         body: list = []
         glen, run, used = 0, gval, 0
-        for num, wt, fs, vs, fe in _fields(src, gval, gend):
-            if num != _INITIALIZER or wt != _LEN:
+        for num, wt, fs, vs, fe in iter_fields(src, gval, gend):
+            if num != _INITIALIZER or wt != LEN:
                 continue
             rec = self.stripped.get(buf[fs:fe])
             if rec is None:
@@ -287,40 +185,13 @@ class Skeleton:
             raise GeluOnnxError(f"splice: {external - used} weight placeholder(s) were modified by the fuse")
         body.append(buf[run:gend])
         glen += gend - run
-        head = buf[:gstart] + _key(_GRAPH, _LEN) + _enc_varint(glen)
+        head = buf[:gstart] + field_key(_GRAPH, LEN) + varint(glen)
         tail = buf[gend:]
         return [head, *body, tail], len(head) + glen + len(tail)
 
     def _copy(self, dst: int, offset: int, length: int) -> None:
         """Copy input bytes [offset, offset+length) to dst's position, in the kernel."""
         copy_range(self._fd, dst, offset, length, self.path)
-
-
-# ModelProto's top-level fields (onnx.proto) and their wire types
-_MODEL_FIELDS = {1: 0, 2: _LEN, 3: _LEN, 4: _LEN, 5: 0, 6: _LEN, 7: _LEN, 8: _LEN, 14: _LEN, 20: _LEN,
-                 25: _LEN, 26: _LEN}
-
-
-def is_model_file(path) -> bool:
-    """Whether the file is, at its top level, a serialized ModelProto with a
-    graph: field headers only (a weights file or a text fails at its first
-    bytes), so a writer can tell a previous output from a user's other files."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return False
-    try:
-        size = os.fstat(fd).st_size
-        graph = False
-        for num, wt, *_ in _fields(_Src(fd=fd, size=size), 0, size):
-            if _MODEL_FIELDS.get(num) != wt:
-                return False
-            graph = graph or num == _GRAPH
-        return graph
-    except (_Malformed, _Unsupported, OSError):
-        return False
-    finally:
-        os.close(fd)
 
 
 def wanted(path, min_bytes: int | None = None) -> bool:
@@ -352,24 +223,24 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size > MAX_PROTO_BYTES - _MARGIN:
-            raise _Unsupported("not a regular file of a size we splice")
-        skel_bytes, stripped = _scan(_Src(fd=fd, size=st.st_size), os.path.basename(real), strip_min)
+            raise Unsupported("not a regular file of a size we splice")
+        skel_bytes, stripped = _scan(Source(fd=fd, size=st.st_size), os.path.basename(real), strip_min)
         fault("read:scanned")
         model = ModelProto()
         try:
             model.ParseFromString(skel_bytes)
         except (DecodeError, ValueError, RuntimeError, TypeError):
-            raise _Malformed("protobuf parse failed") from None
+            raise Malformed("protobuf parse failed") from None
         # the io checks, on the skeleton: every placeholder is verified to lie
         # inside this very file
         files = validate_model(model, base_dir=os.path.dirname(real), where=shown)
         placeholders = sum(1 for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
         if placeholders != len(stripped) or files not in ((), (real,)):
-            raise _Unsupported("the model has external data of its own")
-    except _Unsupported:
+            raise Unsupported("the model has external data of its own")
+    except Unsupported:
         os.close(fd)
         return None
-    except _Malformed:
+    except Malformed:
         os.close(fd)
         raise InputError(f"{shown}: not a valid ONNX model (protobuf parse failed: truncated, "
                          "damaged or not ONNX)") from None
@@ -380,20 +251,20 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
     return Skeleton(loaded, real, st.st_size, {s.entry: s for s in stripped}, fd)
 
 
-def _scan(src: _Src, location: str, strip_min: int) -> tuple[bytes, list[_Stripped]]:
+def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stripped]]:
     """The skeleton's bytes: the file with each large raw_data initializer
     replaced by an external-data reference into the file itself."""
     size = src.size
-    top = list(_fields(src, 0, size))
+    top = list(iter_fields(src, 0, size))
     graphs = [f for f in top if f[0] == _GRAPH]
-    if len(graphs) != 1 or graphs[0][1] != _LEN:
-        raise _Unsupported("not exactly one graph field")  # io words the missing-graph error
+    if len(graphs) != 1 or graphs[0][1] != LEN:
+        raise Unsupported("not exactly one graph field")  # io words the missing-graph error
     _, _, gstart, gval, gend = graphs[0]
     stripped: list[_Stripped] = []
     parts: list[bytes] = []
     run = gval  # start of the graph bytes not yet copied
-    for num, wt, fs, vs, fe in _fields(src, gval, gend):
-        if num != _INITIALIZER or wt != _LEN or fe - vs < strip_min:
+    for num, wt, fs, vs, fe in iter_fields(src, gval, gend):
+        if num != _INITIALIZER or wt != LEN or fe - vs < strip_min:
             continue
         rec = _placeholder(src, fs, vs, fe, location, strip_min)
         if rec is None:
@@ -404,16 +275,16 @@ def _scan(src: _Src, location: str, strip_min: int) -> tuple[bytes, list[_Stripp
         run = fe
     parts.append(src.read(run, gend))
     graph = b"".join(parts)
-    out = src.read(0, gstart) + _key(_GRAPH, _LEN) + _enc_varint(len(graph)) + graph + src.read(gend, size)
+    out = src.read(0, gstart) + field_key(_GRAPH, LEN) + varint(len(graph)) + graph + src.read(gend, size)
     return out, stripped
 
 
-def _placeholder(src: _Src, fs: int, vs: int, fe: int, location: str, strip_min: int) -> _Stripped | None:
+def _placeholder(src: Source, fs: int, vs: int, fe: int, location: str, strip_min: int) -> _Stripped | None:
     raw = None
     rest: list[bytes] = []
-    for num, wt, f0, v0, f1 in _fields(src, vs, fe):
+    for num, wt, f0, v0, f1 in iter_fields(src, vs, fe):
         if num == _RAW_DATA:
-            if raw is not None or wt != _LEN:
+            if raw is not None or wt != LEN:
                 return None  # repeated or odd raw_data: leave it to protobuf
             raw = (v0, f1)
         else:
@@ -424,7 +295,7 @@ def _placeholder(src: _Src, fs: int, vs: int, fe: int, location: str, strip_min:
     try:
         t.ParseFromString(b"".join(rest))
     except (DecodeError, ValueError, RuntimeError, TypeError):
-        raise _Malformed("bad initializer") from None
+        raise Malformed("bad initializer") from None
     if (t.data_location != TensorProto.DEFAULT or len(t.external_data) or t.HasField("segment")
             or any(len(getattr(t, f)) for f in _OTHER_DATA) or isinstance(t.name, bytes)
             or tensor_nbytes(t) != raw[1] - raw[0]):
@@ -434,4 +305,4 @@ def _placeholder(src: _Src, fs: int, vs: int, fe: int, location: str, strip_min:
         e = t.external_data.add()
         e.key, e.value = k, v
     body = t.SerializeToString()
-    return _Stripped(t.name, fs, fe, _key(_INITIALIZER, _LEN) + _enc_varint(len(body)) + body)
+    return _Stripped(t.name, fs, fe, field_key(_INITIALIZER, LEN) + varint(len(body)) + body)
