@@ -134,6 +134,8 @@ def test_seeded_models_both_ways(tmp_path, monkeypatch):
             if seed % 8 == TARGETS.index(target):
                 f0, f1 = _fuse_file_both_ways(data, target, tmp_path, monkeypatch)
                 assert f0 == f1, (seed, target, desc)
+                valid = _checks(model) if valid is None else valid
+                assert valid or f0[0] == "refused", (seed, target, desc)  # what the checker refuses
             if plain[0] != "ok" or seed % 6 or any(n.domain == "com.microsoft" for n in model.graph.node):
                 continue  # com.microsoft ops hide a planted bad type or shape from the input's check
             valid = _checks(model) if valid is None else valid
@@ -157,6 +159,20 @@ def _chain(n: int) -> onnx.ModelProto:
         h = GB.gelu(b, fams[i % len(fams)], h, style="init")
     b.output(h, GB.F32, ["batch", GB.H])
     return b.model()
+
+
+def test_a_repeat_in_domain_ai_onnx_is_checked(tmp_path, monkeypatch):
+    """A repeated region with one node in domain "ai.onnx" (matched as the
+    default domain) in a model importing only "": onnx.checker refuses the
+    input (no opset import for "ai.onnx"), so fuse_file must too. The check
+    model stood in for the repeat as for its class's first region (the class
+    key had no domains) and the fault vanished, both ways."""
+    model = _chain(10)
+    sig = [n for n in model.graph.node if n.op_type == "Sigmoid"]
+    sig[-1].domain = "ai.onnx"  # the second QuickGELU: a repeat of the first
+    assert not _checks(model)
+    outs = _fuse_file_both_ways(model.SerializeToString(), "custom", tmp_path, monkeypatch)
+    assert outs[0] == outs[1] and outs[0][:2] == ("refused", "InputError") and "ai.onnx" in outs[0][2]
 
 
 def test_nodes_out_of_topological_order(monkeypatch):

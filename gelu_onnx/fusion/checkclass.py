@@ -24,8 +24,9 @@ def self_contained(idx, mt) -> bool:
 def class_key(idx, mt) -> tuple:
     """What the region's check depends on besides x: the numeric check's key
     (ops, Cast targets, wiring, constants' types, shapes and bytes, x's
-    declared type) and every node's attributes."""
+    declared type), every node's attributes and its domain ("" and "ai.onnx"
+    match alike, but the checker wants an opset import for the one written)."""
     key = mt.key if mt.key is not None else region_key(idx, mt.anchor, mt.nodes, mt.leaf, mt.root, mt.consts)
     attrs = tuple((k, b"".join(a.SerializeToString() for a in idx.nodes[i].attribute))
                   for k, i in enumerate(mt.nodes) if idx.has_attributes(i))
-    return key, attrs
+    return key, attrs, tuple(idx.domains[i] for i in mt.nodes)
