@@ -175,6 +175,30 @@ def test_a_repeat_in_domain_ai_onnx_is_checked(tmp_path, monkeypatch):
     assert outs[0] == outs[1] and outs[0][:2] == ("refused", "InputError") and "ai.onnx" in outs[0][2]
 
 
+def test_a_declared_name_is_never_generated(monkeypatch):
+    """value_info declaring a name no node makes is valid; a rewrite that
+    gave a new tensor that name gave it the declared type too (fp16 for an
+    fp32 GELU output between Casts), and the output failed the checker."""
+    b = GB.Builder(GB.F16)
+    h = b.input("x", GB.F16, ["batch", GB.H])
+    for i in range(6):
+        h = b.node("Cast", [GB.gelu(b, "ts_erf", b.node("Cast", [h], to=GB.F32), dtype=GB.F32)], to=GB.F16)
+    b.output(h, GB.F16, ["batch", GB.H])
+    model = b.model()
+    for target in TARGETS:
+        first = gelu_onnx.fuse(model, target)
+        made = {o for n in first.graph.node for o in n.output} - {o for n in model.graph.node for o in n.output}
+        assert made, target  # the rewrite names tensors of its own here
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        m.graph.value_info.extend(helper.make_tensor_value_info(t, GB.F16, ["batch", 1]) for t in sorted(made))
+        assert _checks(m)
+        plain, scanned, took = _both_ways(m.SerializeToString(), target, monkeypatch)
+        assert plain == scanned and took and plain[0] == "ok"
+        out = onnx.load_from_string(plain[1][0][1])
+        assert _checks(out) and not made & {o for n in out.graph.node for o in n.output}
+
+
 def test_nodes_out_of_topological_order(monkeypatch):
     """The API takes a ModelProto whose nodes are not in topological order
     (the checker refuses such a file; ONNX Runtime sorts it): the numeric

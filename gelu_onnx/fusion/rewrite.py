@@ -29,9 +29,11 @@ class Emission:
 
 class NameGen:
     """Unique node/tensor names across the whole model: none that a node,
-    a node input or output, an initializer or a graph input has. ``indexes``
-    (the plan's GraphIndex of every graph, taken before any change) answer
-    that without a walk over the model."""
+    a node input or output, an initializer, a graph input or a typed
+    value_info has (a declaration of a name no node makes is valid, and
+    would give a new tensor of that name its type). ``indexes`` (the plan's
+    GraphIndex of every graph, taken before any change) answer that without
+    a walk over the model."""
 
     def __init__(self, model: ModelProto, indexes=None):
         self.used: set[str] = set()
@@ -45,11 +47,12 @@ class NameGen:
             self.used.update(chain.from_iterable([n.input for n in nodes]))
             self.used.update([t.name for t in g.initializer])
             self.used.update([i.name for i in g.input])
+            self.used.update([v.name for v in g.value_info])
 
     def _taken(self, name: str) -> bool:
         return name in self.used or any(
             name in ix.producer or name in ix.consumers or name in ix.initializers or name in ix.graph_inputs
-            or name in ix.node_names() for ix in self.indexes or ())
+            or name in ix.value_types or name in ix.node_names() for ix in self.indexes or ())
 
     def __call__(self, base: str) -> str:
         name, k = base, 0
