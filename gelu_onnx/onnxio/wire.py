@@ -91,9 +91,14 @@ def _library():
     return _lib or None
 
 
+def built() -> bool:
+    """Whether the library is built and loads (GELU_ONNX_SCAN=0 or not)."""
+    return _library() is not None
+
+
 def available() -> bool:
     """Whether scan() can run (the library is built and not turned off)."""
-    return os.environ.get(ENV_SWITCH, "1") != "0" and _library() is not None
+    return os.environ.get(ENV_SWITCH, "1") != "0" and built()
 
 
 class Names:
