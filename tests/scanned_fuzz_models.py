@@ -342,12 +342,21 @@ def _domain_alias(model, members, r, dt, W):
     for nd in r.sample(list(model.graph.node), min(len(model.graph.node), 3)):
         if nd.domain == "":
             nd.domain = "ai.onnx"
-    if r.random() < 0.5:
-        model.opset_import.append(helper.make_opsetid("ai.onnx", model.opset_import[0].version))
     return "domain-alias"
+
+
+def _arity(model, members, r, dt, W):
+    """A node given an omitted ("") input or a second output its op does not have."""
+    nd = r.choice(list(model.graph.node))
+    how = r.choice(["empty-first", "empty-last", "output"])
+    if how == "output":
+        nd.output.append(r.choice(["", "spare_out"]))
+    else:
+        nd.input.insert(0 if how == "empty-first" else len(nd.input), "")
+    return f"arity:{nd.name}:{how}"
 
 
 _PERTURB = {"collide": _collide, "collide2": _collide, "inner-use": _inner_use, "value_info": _value_info,
             "const-bit": _const_bit, "bias": _bias, "identity-const": _identity_const, "attrs": _attrs,
             "node-names": _node_names, "unused": _unused, "shuffle": _shuffle, "docs": _docs, "opsets": _opsets,
-            "function": _function, "typed": _typed, "domain-alias": _domain_alias}
+            "function": _function, "typed": _typed, "domain-alias": _domain_alias, "arity": _arity}

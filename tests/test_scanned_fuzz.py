@@ -102,13 +102,13 @@ def _ort_parity(data: bytes, out: bytes, fp16: bool, depth: int) -> None:
 
     from gelu_onnx import ortlib
 
-    plain = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
-    feeds = {i.name: (rng.standard_normal([d if isinstance(d, int) else 3 for d in i.shape]) * 2).astype(
-        np.float16 if "float16" in i.type else np.float32) for i in plain.get_inputs()}
     try:
+        plain = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        feeds = {i.name: (rng.standard_normal([d if isinstance(d, int) else 3 for d in i.shape]) * 2).astype(
+            np.float16 if "float16" in i.type else np.float32) for i in plain.get_inputs()}
         want = plain.run(None, feeds)
-    except Exception:  # noqa: BLE001 - an input ORT cannot run (a planted bad shape): nothing to compare
+    except Exception:  # noqa: BLE001 - an input ORT refuses (duplicate node names, a planted bad shape)
         return
     got = ort.InferenceSession(out, ortlib.session_options(), providers=["CPUExecutionProvider"]).run(None, feeds)
     # relative, growing with the chain's depth; fp16: every op of the input
@@ -214,3 +214,21 @@ def test_nodes_out_of_topological_order(monkeypatch):
         assert plain == scanned and plain[0] == "ok"
         assert plain[1][0][0]["counts"][0] == (10 if target != "standard" else 8)
         _ort_parity(data, plain[1][0][1], False, 20)
+
+
+def test_an_omitted_operand_is_not_a_region_node(tmp_path, monkeypatch):
+    """An Erf/Tanh/... whose operand is written as an omitted input ("", then
+    x): the matcher took the node into a region by its non-empty inputs and
+    the numeric check read its first input, "", as a constant: AttributeError
+    both ways. Such a node (more operands than its op has, or one omitted)
+    is no region node now; the checker refuses the file, and fuse_file with it."""
+    model = _chain(10)
+    tanh = [n for n in model.graph.node if n.op_type == "Tanh"][-1]
+    tanh.input.insert(0, "")
+    data = model.SerializeToString()
+    for target in TARGETS:
+        plain, scanned, took = _both_ways(data, target, monkeypatch)
+        assert plain == scanned and took and plain[0] == "ok"
+        assert plain[1][0][0]["counts"][0] == (9 if target != "standard" else 7)
+    f0, f1 = _fuse_file_both_ways(data, "custom", tmp_path, monkeypatch)
+    assert f0 == f1 and f0[:2] == ("refused", "InputError") and "input size 2" in f0[2]

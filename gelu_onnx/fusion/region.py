@@ -42,8 +42,13 @@ def region_node_ok(idx: GraphIndex, i: int) -> bool:
         op in ELEMENTWISE
         and idx.domains[i] in ("", "ai.onnx")
         and len(idx.outs[i]) == 1
-        and (op not in BINARY_OPS or len(idx.raw_ins[i]) == 2)
+        and _operands_ok(idx.raw_ins[i], op)
     )
+
+
+def _operands_ok(ins, op: str) -> bool:
+    """The op's operand count, none of them omitted ("" has no value to compute with)."""
+    return len(ins) == (2 if op in BINARY_OPS else 1) and all(ins)
 
 
 def is_scalar(value: np.ndarray) -> bool:
