@@ -29,7 +29,7 @@ from gelu_onnx.onnxio.arraytable import ArrayTable
 MODELS = int(os.environ.get("GELU_ONNX_SCAN_FUZZ_MODELS", "150"))
 SWITCH = wire.ENV_SWITCH
 
-pytestmark = pytest.mark.skipif(not wire.available(), reason="the native scanner is not built")
+pytestmark = pytest.mark.skipif(not wire.built(), reason="the native scanner is not built")
 
 
 def _report(res) -> dict:
