@@ -1,6 +1,6 @@
 """Seeded random models for the scanned-path differential fuzzer
 (test_scanned_fuzz.py): chains and fans of GELUs in every corpus spelling
-(graph_build.FAMILIES, fp32/fp16, Cast-wrapped, bias Add in front, native
+(graph_build.FAMILIES, fp32/fp16/bf16, Cast-wrapped, bias Add in front, native
 Gelu-20, com.microsoft Gelu/FastGelu/BiasGelu/QuickGelu), members repeated
 so that the scanned path carries matches, then a few members made different
 in ways nobody built the carry for: generated-name collisions, intermediates
@@ -23,9 +23,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import graph_build as GB
+from gelu_onnx.contract import np_dtype
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
-_NP = {F32: np.float32, F16: np.float16}
 # op types the rewrite names new nodes after ("<root>_<op>"), and the suffixes of its other names
 _GEN_OPS = ("GeluErf", "GeluTanh", "GeluSigmoid", "BiasGeluErf", "BiasGeluTanh", "BiasGeluSigmoid",
             "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Cast")
@@ -52,11 +52,12 @@ class _SharedConsts(GB.Builder):
         return name
 
 
-def build(seed: int, max_members: int = 300):
+def build(seed: int, max_members: int = 300, dtypes=(F32, F32, F16)):
+    """``dtypes``: the model dtype is drawn from these (bf16 too: fuse only, ORT runs few bf16 ops)."""
     r = random.Random(seed)
     sizes = [s for s in (2, 2, 3, 4, 5, 8, 12, 20, 30, 40) if s <= max_members] or [2]
     n = r.choice(sizes) if r.random() < 0.93 or max_members < 100 else r.choice([100, 200, max_members])
-    dt, opset, W = r.choice([F32, F32, F16]), r.choice([17, 17, 18, 20, 20, 21]), r.choice([4, 8, 16])
+    dt, opset, W = r.choice(list(dtypes)), r.choice([17, 17, 18, 20, 20, 21]), r.choice([4, 8, 16])
     pool = []
     for _ in range(r.choice([1, 1, 2, 3])):
         k = r.random()
@@ -71,7 +72,7 @@ def build(seed: int, max_members: int = 300):
     x0 = b.input("x", dt, ["batch", W])
     topo = r.choice(["chain", "chain", "shared", "mix"])
     bias_mode = r.choice(["none", "each", "each", "shared", "some"])
-    wrap = dt == F16 and r.random() < 0.4
+    wrap = dt != F32 and r.random() < 0.4
     members, tensors, read, shared_bias = [], [x0], set(), None
     for i in range(n):
         kind = pool[i % len(pool)] if r.random() < 0.9 else r.choice(pool)
@@ -141,7 +142,7 @@ def _collide(model, members, r, dt, W):
     elif how == "value_info":
         g.value_info.append(_vi(name, dt, ["batch", W]))
     else:
-        g.initializer.append(numpy_helper.from_array(np.zeros([W], _NP[dt]), name))
+        g.initializer.append(numpy_helper.from_array(np.zeros([W], np_dtype(dt)), name))
     return f"collide:{how}:{name}"
 
 
@@ -219,7 +220,7 @@ def _bias(model, members, r, dt, W):
     elif how == "input":
         g.input.append(_vi(t.name, t.data_type, list(t.dims)))
     else:
-        arr = (np.random.default_rng(0).standard_normal(1 if how == "1" else 2 * W) * 0.1).astype(_NP[dt])
+        arr = (np.random.default_rng(0).standard_normal(1 if how == "1" else 2 * W) * 0.1).astype(np_dtype(dt))
         t.CopyFrom(numpy_helper.from_array(arr, t.name))
     return f"bias:{t.name}:{how}"
 
@@ -265,8 +266,8 @@ def _node_names(model, members, r, dt, W):
 
 
 def _unused(model, members, r, dt, W):
-    model.graph.initializer.extend([numpy_helper.from_array(np.array(0.5, _NP[dt]), "unused_half"),
-                                    numpy_helper.from_array(np.ones([W], _NP[dt]), "unused_vec")])
+    model.graph.initializer.extend([numpy_helper.from_array(np.array(0.5, np_dtype(dt)), "unused_half"),
+                                    numpy_helper.from_array(np.ones([W], np_dtype(dt)), "unused_vec")])
     return "unused-init"
 
 
