@@ -101,6 +101,11 @@ def find_native(idx: GraphIndex):
                                    form))
             continue
         x, y = ins[0], node.output[0]
+        misfit = _bias_misfit(idx, ins[1], x) if has_bias else None
+        if misfit is not None:
+            misses.append(NearMiss(idx.path, name, Code.NATIVE_ARITY, f"{node.op_type}'s bias has shape {misfit}, "
+                                   f"not 1-D over X's last dimension", form))
+            continue
         et = idx.type_of(x) or idx.type_of(y) or (idx.type_of(ins[1]) if has_bias else None)
         if not et:
             misses.append(NearMiss(idx.path, name, Code.UNSUPPORTED_DTYPE,
@@ -113,6 +118,23 @@ def find_native(idx: GraphIndex):
             m.bias, m.bias_input, m.bias_inside = ins[1], x, True
         matches.append(m)
     return matches, misses
+
+
+def _bias_misfit(idx: GraphIndex, b: str, x: str):
+    """The bias's dims where they are known and provably not the contrib
+    ops' 1-D bias over X's last dimension (ONNX Runtime's kernels read such
+    a bias cyclically, e.g. one element for every column; our ops and an Add
+    in front cannot say that), else None. A one-element bias fits only where
+    X's last dimension is known to be 1."""
+    from .bias import last_dim
+
+    dims = idx.value_shapes.get(b)
+    if dims is None or any(d is None for d in dims):
+        return None
+    last = last_dim(idx, x)
+    if len(dims) != 1 or (dims[0] != last if last is not None else dims[0] == 1):
+        return list(dims)
+    return None
 
 
 def already_target(m: Match, em, use_bias: bool) -> bool:
