@@ -111,8 +111,8 @@ def find_bias(m: Match) -> None:
     if any(c not in m.nodes for c in idx.consumers.get(m.leaf, [])):
         return
     for b, h in ((node.input[1], node.input[0]), (node.input[0], node.input[1])):
-        dims = _const_dims(idx, b)
-        if dims is None or idx.constant(h) is not None or _const_dims(idx, h) is not None:
+        dims = const_dims(idx, b)
+        if dims is None or idx.constant(h) is not None or const_dims(idx, h) is not None:
             continue
         if not dims or dims[-1] < 1 or any(d != 1 for d in dims[:-1]) or _const_type(idx, b) != m.leaf_type:
             continue
@@ -141,10 +141,10 @@ def last_dim(idx: GraphIndex, name: str):
     node = idx.node(p)
     if node.op_type == "MatMul" and len(node.input) == 2:
         w = node.input[1]
-        dims = _const_dims(idx, w)
+        dims = const_dims(idx, w)
         return dims[-1] if dims and len(dims) >= 2 else None
     if node.op_type == "Gemm" and len(node.input) >= 2:
-        dims = _const_dims(idx, node.input[1])
+        dims = const_dims(idx, node.input[1])
         trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
         if dims and len(dims) == 2:
             return dims[0] if trans_b else dims[1]
@@ -176,13 +176,13 @@ def _const_type(idx: GraphIndex, name: str):
     return c.elem_type if c is not None else None
 
 
-def _const_dims(idx: GraphIndex, name: str):
+def const_dims(idx: GraphIndex, name: str):
     """Dims of a true constant without reading its payload; None otherwise."""
     name = _through_identity(idx, name)
     if name in idx.initializers and not idx.is_overridable(name):
         return list(idx.initializers[name].dims)
     if idx.parent is not None and not idx.defines(name):
-        return _const_dims(idx.parent, name)
+        return const_dims(idx.parent, name)
     op = _derived(idx, name)
     if op is not None:
         return _derived_dims(idx, idx.node(idx.producer[name]), op)
@@ -203,13 +203,13 @@ def _derived(idx: GraphIndex, name: str) -> str | None:
     if node.op_type not in _DERIVED or not is_default_domain(node) or len(node.output) != 1:
         return None
     # every input a true constant (not a graph input)
-    if any(i and _const_dims(idx, i) is None for i in node.input[:3]):
+    if any(i and const_dims(idx, i) is None for i in node.input[:3]):
         return None
     return node.op_type
 
 
 def _derived_dims(idx: GraphIndex, node, op: str):
-    dims = _const_dims(idx, node.input[0])
+    dims = const_dims(idx, node.input[0])
     if op == "DequantizeLinear":
         return dims
     if len(node.input) < 2:
@@ -241,5 +241,5 @@ def _flat_source(idx: GraphIndex, name: str) -> str | None:
     if _derived(idx, name) not in ("Reshape", "Unsqueeze"):
         return None
     src = idx.node(idx.producer[name]).input[0]
-    dims = _const_dims(idx, src)
+    dims = const_dims(idx, src)
     return src if dims is not None and len(dims) == 1 else None

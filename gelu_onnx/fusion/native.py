@@ -126,9 +126,11 @@ def _bias_misfit(idx: GraphIndex, b: str, x: str):
     a bias cyclically, e.g. one element for every column; our ops and an Add
     in front cannot say that), else None. A one-element bias fits only where
     X's last dimension is known to be 1."""
-    from .bias import last_dim
+    from .bias import const_dims, last_dim
 
     dims = idx.value_shapes.get(b)
+    if dims is None:
+        dims = const_dims(idx, b)  # through Identity, Constant, Reshape ...
     if dims is None or any(d is None for d in dims):
         return None
     last = last_dim(idx, x)
