@@ -258,3 +258,17 @@ def test_a_contrib_bias_of_one_element_is_not_folded(monkeypatch):
         assert plain == scanned and plain[0] == "ok"
         assert [n["code"] for n in plain[1][0][0]["near_misses"]] == ["native-arity"] * 2
         _ort_parity(data, plain[1][0][1], False, 6)
+
+
+def test_a_bias_add_with_a_spare_output_is_checked(tmp_path, monkeypatch):
+    """A repeat's bias Add written with a second output (the checker: "output
+    size 2 not in range"): the scanned check model collapsed the Add with its
+    region into one Add(h, b) -> root stand-in, one output, and fuse_file
+    accepted the input with GELU_ONNX_SCAN=1 while refusing it with =0."""
+    model = _chain(10)
+    adds = [n for n in model.graph.node if n.op_type == "Add" and n.input[1].startswith("bias")]
+    adds[7].output.append("")
+    assert not _checks(model)
+    for target in TARGETS:
+        f0, f1 = _fuse_file_both_ways(model.SerializeToString(), target, tmp_path, monkeypatch)
+        assert f0 == f1 and f0[:2] == ("refused", "InputError") and "output size 2" in f0[2]

@@ -6,7 +6,7 @@ members of a set at once (fusion/nodebytes.py).
 What is stood in for, and why the check model fails exactly when the
 input's own check does: docs/safety.md, "The check model". Here a repeat
 whose bias Add is found (x = Add(h, b) read by the region alone, x not
-declared, the Add without attributes, b an initializer of at least the rank
+declared, the Add without attributes and with one output, b an initializer of at least the rank
 of the region's constants) collapses with its region into one node,
 Add(h, b) -> root (Add + Cast where the root's type differs): the Add's
 own inputs, so the same checks of h and b; x's type, the class's, is the
@@ -138,7 +138,7 @@ def _set_standins(idx, ss, rows, tx, troot, rank, zero, declared, gone, fresh):
         k = t.init_of[bias].astype(np.int64)
         brank = np.where(k >= 0, np.diff(s.init_dims_off)[np.maximum(k, 0)], -1)
         collapse = ((np.diff(s.node_attr_off)[bnode] == 0) & (s.node_dom[bnode] == 0) & ~declared[leaf]
-                    & (k >= 0) & (brank >= rank) & (t.in_count[bnode] == 2))
+                    & (k >= 0) & (brank >= rank) & (t.in_count[bnode] == 2) & (t.out_count[bnode] == 1))
         gone[bnode[collapse]] = True
     out = []
     st = table_strings(t)
