@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import AttributeProto, NodeProto
 
-from ..onnxio.protowire import varint
+from ..onnxio.protowire import LEN, Source, iter_fields, varint
 
 MARK = "\x00"  # placeholders are "\x00KEY\x00" (no name the scanner maps holds a NUL)
 
@@ -30,37 +30,13 @@ def split(s: str) -> list[str]:
 
 def pieces(node: bytes) -> list:
     """A serialized NodeProto as bytes and (field number, parts) for its name fields with placeholders."""
-    out, pos = [], 0
-    while pos < len(node):
-        start = pos
-        key, pos = _read_varint(node, pos)
-        num, wt = key >> 3, key & 7
-        if wt == 2:
-            n, pos = _read_varint(node, pos)
-            value = node[pos:pos + n]
-            pos += n
-            if num in (1, 2, 3) and MARK.encode() in value:
-                out.append((num, split(value.decode("utf-8"))))
-                continue
-        elif wt == 0:
-            _, pos = _read_varint(node, pos)
-        elif wt == 5:
-            pos += 4
-        elif wt == 1:
-            pos += 8
-        out.append(node[start:pos])
+    out, mark = [], MARK.encode()
+    for num, wt, start, vstart, end in iter_fields(Source(node), 0, len(node)):
+        if wt == LEN and num in (1, 2, 3) and mark in node[vstart:end]:
+            out.append((num, split(node[vstart:end].decode("utf-8"))))
+        else:
+            out.append(node[start:end])
     return out
-
-
-def _read_varint(b: bytes, pos: int) -> tuple[int, int]:
-    v = shift = 0
-    while True:
-        c = b[pos]
-        pos += 1
-        v |= (c & 0x7F) << shift
-        if c < 0x80:
-            return v, pos
-        shift += 7
 
 
 class Strings:
