@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..onnxio.arraytable import LookupMapping
 from .region import region_node_ok
 
 
@@ -86,30 +87,18 @@ class _ClassList(_NodeList):
         self._base.region_node_class[i] = k
 
 
-class _NameMap(Mapping):
+class _NameMap(LookupMapping):
     """producer / consumers / initializers / value_types / value_shapes: ``kind`` of a name asked."""
 
     def __init__(self, items, kind: str, trace: Trace, wrap=None):
         self._items, self._kind, self._trace, self._wrap = items, kind, trace, wrap
 
-    def _get(self, name, default):
+    def _lookup(self, name, default):
         v = self._items.get(name, _ABSENT)
         self._trace.ask(self._kind, name, None if v is _ABSENT else _answer(v))
         if v is _ABSENT:
             return default
         return self._wrap(v) if self._wrap is not None else v
-
-    def __getitem__(self, name):
-        v = self._get(name, _ABSENT)
-        if v is _ABSENT:
-            raise KeyError(name)
-        return v
-
-    def get(self, name, default=None):
-        return self._get(name, default)
-
-    def __contains__(self, name) -> bool:
-        return self._get(name, _ABSENT) is not _ABSENT
 
     def __iter__(self):
         raise TraceEscape(f"a walk over every {self._kind}")

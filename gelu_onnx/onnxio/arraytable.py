@@ -76,7 +76,28 @@ class LazyList(Sequence):
 _MISSING = object()
 
 
-class IdMap(Mapping):
+class LookupMapping(Mapping):
+    """A Mapping answered by one ``_lookup(name, default)``: ``[]``, ``get``
+    and ``in`` without a KeyError raised and caught per miss (the index asks
+    about millions of names)."""
+
+    def _lookup(self, name, default):
+        raise NotImplementedError
+
+    def __getitem__(self, name):
+        v = self._lookup(name, _MISSING)
+        if v is _MISSING:
+            raise KeyError(name)
+        return v
+
+    def get(self, name, default=None):
+        return self._lookup(name, default)
+
+    def __contains__(self, name) -> bool:
+        return self._lookup(name, _MISSING) is not _MISSING
+
+
+class IdMap(LookupMapping):
     """name -> value for the names of one scan, from an array indexed by
     string id (``absent``: no value); names are looked up in the scanner's
     own table, each once."""
@@ -84,7 +105,7 @@ class IdMap(Mapping):
     def __init__(self, table: "ArrayTable", values, absent, convert=None):
         self._t, self._values, self._absent, self._convert = table, values, absent, convert
 
-    def _value(self, name, default):
+    def _lookup(self, name, default):
         i = self._t.id_of(name)
         if i < 0:
             return default
@@ -92,18 +113,6 @@ class IdMap(Mapping):
         if v == self._absent:
             return default
         return self._convert(i, v) if self._convert is not None else v
-
-    def __getitem__(self, name):
-        v = self._value(name, _MISSING)
-        if v is _MISSING:
-            raise KeyError(name)
-        return v
-
-    def get(self, name, default=None):
-        return self._value(name, default)
-
-    def __contains__(self, name) -> bool:
-        return self._value(name, _MISSING) is not _MISSING
 
     def __iter__(self):
         names = self._t.names
