@@ -32,7 +32,11 @@ def _arch(name: str):
 
     from models import archs as A
 
-    arch = next(a for a in A.archs() if a.name == name)
+    arch = next(a for a in A.archs() if a.name == name.replace("bert12", "bert").removesuffix("_fp16"))
+    if name == "bert12":  # the deep one: 12 layers, 12 GELUs
+        arch.build = lambda: T.BertModel(T.BertConfig(
+            attn_implementation="eager", vocab_size=A.VOCAB, hidden_size=32, num_hidden_layers=12, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=32))
     if name == "clip_text":
         arch.build = lambda: T.CLIPTextModel(T.CLIPTextConfig(  # the same tiny config, GELU activation
             attn_implementation="eager", vocab_size=A.VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -41,9 +45,13 @@ def _arch(name: str):
 
 
 def feeds(name: str) -> dict[str, np.ndarray]:
+    """The model's inputs (float ones in fp16 for a ``*_fp16`` name)."""
     from models.export_models import make_inputs
 
-    return make_inputs(_arch(name).inputs)
+    out = make_inputs(_arch(name).inputs)
+    if name.endswith("_fp16"):
+        out = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in out.items()}
+    return out
 
 
 def export(name: str, opset: int, path: Path) -> str | None:
@@ -61,6 +69,8 @@ def export(name: str, opset: int, path: Path) -> str | None:
             if p.dim() == 1:  # biases and norm parameters: random, non-zero
                 base = 1.0 if pname.endswith("weight") else 0.0
                 p.copy_(base + 0.2 * torch.rand(p.shape, generator=g) + 0.05)
+    if name.endswith("_fp16"):  # the whole model in half precision, as a fp16 checkpoint exports
+        model = model.half()
 
     class Positional(torch.nn.Module):
         def __init__(self, m):
