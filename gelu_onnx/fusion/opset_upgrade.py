@@ -74,10 +74,7 @@ class _Ctx:
     def _type(self, value: str):
         if self._types is None:
             self._types = {}
-            try:
-                inferred = shape_inference.infer_shapes(self._model)
-            except Exception:  # noqa: BLE001 - no inference: adapters take their general form
-                inferred = self._model
+            inferred = _infer(self._model)
             for g in _graphs_of(inferred.graph):
                 for vi in list(g.input) + list(g.value_info) + list(g.output):
                     self._types[vi.name] = vi.type
@@ -96,6 +93,39 @@ class _Ctx:
         if t is None or not t.HasField("tensor_type") or not t.tensor_type.elem_type:
             return None
         return f"tensor({helper.tensor_dtype_to_string(t.tensor_type.elem_type).split('.')[-1].lower()})"
+
+
+def _infer(model: ModelProto) -> ModelProto:
+    """ONNX shape inference, plus the rank of a Reshape whose shape input has
+    a known length (ONNX leaves it unknown unless the shape is a constant:
+    every attention Softmax of a TorchScript export sits below such a Reshape)."""
+    try:
+        inferred = shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - no inference: adapters take their general form
+        return model
+    known = {v.name: v.type.tensor_type for v in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    known.update({t.name: helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
+                  for t in inferred.graph.initializer})
+    hints = []
+    for n in inferred.graph.node:
+        if n.op_type != "Reshape" or len(n.input) < 2 or not n.output[0]:
+            continue
+        out, shape = known.get(n.output[0]), known.get(n.input[1])
+        if out is None or out.HasField("shape") or shape is None or len(shape.shape.dim) != 1:
+            continue
+        length = shape.shape.dim[0]
+        if length.HasField("dim_value"):
+            hints.append(helper.make_tensor_value_info(n.output[0], out.elem_type, [None] * length.dim_value))
+    if not hints:
+        return inferred
+    names = {h.name for h in hints}
+    kept = [v for v in inferred.graph.value_info if v.name not in names]
+    del inferred.graph.value_info[:]
+    inferred.graph.value_info.extend(kept + hints)
+    try:
+        return shape_inference.infer_shapes(inferred)
+    except Exception:  # noqa: BLE001 - keep what the first pass knew
+        return inferred
 
 
 def _label(n: NodeProto, where: str) -> str:
