@@ -106,24 +106,27 @@ def main() -> None:
     a = ap.parse_args()
     out = Path(a.keep or tempfile.mkdtemp())
     out.mkdir(parents=True, exist_ok=True)
-    print("| model | opset | fuse --target standard | check |")
-    print("|---|---|---|---|")
+    print("| model | opset | fuse --target standard | adapted | check |")
+    print("|---|---|---|---|---|")
     for name in a.models:
         for opset in a.opsets:
             src, dst = out / f"{name}_op{opset}.onnx", out / f"{name}_op{opset}_standard.onnx"
             why = None if src.exists() and a.keep else export(name, opset, src)
             if why:
-                print(f"| {name} | {opset} | torch cannot export: {why} | - |", flush=True)
+                print(f"| {name} | {opset} | torch cannot export: {why} | - | - |", flush=True)
                 continue
             cli = [sys.executable, "-m", "gelu_onnx"]
             f = subprocess.run(cli + ["fuse", str(src), "-o", str(dst), "--target", "standard"],
                                capture_output=True, text=True)
             fused = f"exit {f.returncode}" + (f": {f.stderr.strip()}" if f.returncode else "")
+            fused = fused.replace(f"{out}/", "")  # no machine paths in the table
+            note = next((ln for ln in f.stdout.splitlines() if "raised the default opset" in ln), "")
+            adapted = note.split("adapted ", 1)[1].split(";")[0] if "adapted " in note else "-"
             c = "-"
             if f.returncode == 0:
                 p = subprocess.run(cli + ["check", str(src), str(dst)], capture_output=True, text=True)
                 c = f"exit {p.returncode}" + ("" if p.returncode == 0 else f": {p.stdout.strip()[-200:]}")
-            print(f"| {name} | {opset} | {fused} | {c} |", flush=True)
+            print(f"| {name} | {opset} | {fused} | {adapted} | {c} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ the op's schema changed between the scope's opset and 20. Every change
 crossed is proven harmless for this node or adapted (opset_steps.py: type
 only, with the node's types allowed at both; reviewed, with its condition on
 the node; or an adapter from opset_adapters.py). Anything else is refused
-with the op's name and the model is left as it was (the work is done on a
-copy).
+with the op's name and the model is left as it was (every node is proven
+before any is changed).
 
 Model-local functions are kept (onnx.version_converter drops them): their own
 default-domain import is raised too, after the same proof.
@@ -184,48 +184,57 @@ def _refusal(old: int, what: str) -> str:
             f"use --target custom or --target ort")
 
 
-def _upgraded(model: ModelProto, to: int) -> tuple[ModelProto, list[str]]:
-    work = ModelProto()
-    work.CopyFrom(model)
-    local = {(f.domain, f.name) for f in work.functions}
-    ctx = _Ctx(model, _names(work))
-    scopes = [(_default_version(work.opset_import), "the model", list(_graphs_of(work.graph)))]
+def _replacements(model: ModelProto, to: int) -> tuple[list, list[str]]:
+    """Proves every node without changing the model: [(container, {index:
+    the nodes replacing that node})] with bodies before the graphs holding
+    them, and the adapted ops. Raises UnsupportedError on the first refusal."""
+    local = {(f.domain, f.name) for f in model.functions}
+    ctx = _Ctx(model, _names(model))
+    scopes = [(_default_version(model.opset_import), "the model", list(_graphs_of(model.graph)))]
     scopes += [(_default_version(f.opset_import), f"function {f.domain}.{f.name}", list(_function_bodies(f)))
-               for f in work.functions]
-    adapted: list[str] = []
+               for f in model.functions]
+    todo, adapted = [], []
     for old, where, containers in scopes:
         if old is None or old >= to:
             continue
-        for c in reversed(containers):  # bodies first: a parent's rebuild copies them as adapted
-            nodes = []
-            for n in c.node:
-                keep = n.domain not in _DEFAULT or (n.domain, n.op_type) in local
-                nodes += [n] if keep else _prove(n, old, to, where, ctx, adapted)
-            rebuilt = [_copy(n) for n in nodes]
-            del c.node[:]
-            c.node.extend(rebuilt)
-    for imports in [work.opset_import] + [f.opset_import for f in work.functions]:
-        for imp in imports:
-            if imp.domain in _DEFAULT and imp.version < to:
-                imp.version = to
-    from ..onnxio import lowest_ir_version
-
-    work.ir_version = max(work.ir_version, lowest_ir_version(work) or work.ir_version)
-    return work, sorted(set(adapted))
+        for c in reversed(containers):  # bodies first: a parent's rebuild then copies them adapted
+            reps = {}
+            for k, n in enumerate(c.node):
+                if n.domain not in _DEFAULT or (n.domain, n.op_type) in local:
+                    continue
+                before = len(adapted)
+                out = _prove(_copy(n), old, to, where, ctx, adapted)
+                if len(adapted) > before:
+                    reps[k] = out
+            todo.append((c, reps))
+    return todo, sorted(set(adapted))
 
 
 def plan(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[str]:
     """The ops an upgrade would adapt, or UnsupportedError naming the first
     op that would change meaning. Changes nothing."""
-    return _upgraded(model, to_opset)[1]
+    return _replacements(model, to_opset)[1]
 
 
 def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[str]:
     """Raise the default-domain opset of ``model`` (in place) and of its
     functions to ``to_opset`` after the proof; returns the adapted ops. On
-    refusal the model is left as it was."""
-    work, adapted = _upgraded(model, to_opset)
-    model.CopyFrom(work)
+    refusal the model is left as it was (nothing changes before every node
+    is proven; no copy of the model is made)."""
+    todo, adapted = _replacements(model, to_opset)
+    for c, reps in todo:
+        if not reps:
+            continue
+        rebuilt = [_copy(m) for k, n in enumerate(c.node) for m in reps.get(k, [n])]
+        del c.node[:]
+        c.node.extend(rebuilt)
+    for imports in [model.opset_import] + [f.opset_import for f in model.functions]:
+        for imp in imports:
+            if imp.domain in _DEFAULT and imp.version < to_opset:
+                imp.version = to_opset
+    from ..onnxio import lowest_ir_version
+
+    model.ir_version = max(model.ir_version, lowest_ir_version(model) or model.ir_version)
     return adapted
 
 
