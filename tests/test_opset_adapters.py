@@ -231,3 +231,25 @@ def test_version_converter_drops_model_local_functions_we_keep_them():
     assert [f.name for f in m.functions] == ["Sq"] and m.functions[0].opset_import[0].version == 20
     onnx.checker.check_model(m, full_check=True)
     np.testing.assert_array_equal(_run(m, {"x": X})[0], before[0])
+
+
+_CLIP = h.make_node("Clip", ["x"], ["y"], min=-0.3, max=0.7)
+_PAD = h.make_node("Pad", ["x"], ["y"], pads=[0, 1, 2, 0], value=1.5)
+
+
+# (ONNX Runtime has no Clip-6 for double: that original cannot run)
+@pytest.mark.parametrize("node,dtype", [(_CLIP, T.FLOAT16), (_PAD, T.FLOAT16), (_PAD, T.DOUBLE)],
+                         ids=["clip-fp16", "pad-fp16", "pad-fp64"])
+def test_float_attributes_become_inputs_of_the_data_type(dtype, node):
+    """Clip's bounds and Pad's value were float attributes; from 11 they are
+    inputs of the data's type: the constants are CastLike'd to it (an fp32
+    constant would not load against fp16/fp64 data)."""
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", dtype, [3, 4])], [h.make_tensor_value_info("y", dtype, None)])
+    m = onnx.shape_inference.infer_shapes(h.make_model(g, opset_imports=[h.make_opsetid("", 9)], ir_version=7))
+    x = RNG.standard_normal((3, 4)).astype(onnx.helper.tensor_dtype_to_np_dtype(dtype))
+    before = _run(m, {"x": x})[0]
+    opset_upgrade.upgrade(m)
+    onnx.checker.check_model(m, full_check=True)
+    after = _run(m, {"x": x})[0]
+    assert after.dtype == before.dtype
+    np.testing.assert_array_equal(after, before)
