@@ -13,6 +13,10 @@ that the exports contain, a 12-layer BERT, a fp16 ViT) always runs; the full 6 x
 matrix is marked slow. Its last run by hand, with
 ``python tests/old_opset_exports.py``, is benchmarks/results/old_opset_exports.md.
 
+A tiny conv net exported at opsets 9 and 10 brings the adapted ops torch
+writes outside transformers (Upsample / Resize-10 with a non-integer scale,
+Clip-6, Pad-2 with a value, TopK-1, a channel Softmax) through the same path.
+
 What torch cannot write is asserted, not skipped: the TorchScript exporter
 refuses BERT and CLIP at opset 9 (dynamic Slice), and writes T5 at opsets
 9..11 with an int64 Min that no opset before 12 allows (ONNX Runtime refuses
@@ -101,3 +105,55 @@ def test_old_opset_export_to_standard(exported, name, opset, capsys):
 @pytest.mark.parametrize("name,opset", FULL, ids=[f"{m}-op{o}" for m, o in FULL])
 def test_old_opset_export_to_standard_full(exported, name, opset, capsys):
     _case(exported, name, opset, capsys)
+
+
+class _OpsModule:
+    """A tiny conv net whose TorchScript export at old opsets holds the ops
+    the upgrade adapts (Upsample/Resize-10 with a non-integer scale, Clip-6,
+    Pad-2 with a value, TopK-1, Softmax over a non-last axis) next to two GELUs."""
+
+    @staticmethod
+    def build():
+        import torch
+        import torch.nn.functional as F
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv, self.lin = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                y = self.conv(x)
+                a = F.interpolate(y, scale_factor=2.0, mode="nearest")
+                b = F.interpolate(y, scale_factor=2.0, mode="bilinear", align_corners=False)
+                c = F.interpolate(y, scale_factor=1.5, mode="nearest")
+                z = F.gelu(self.lin((a + b).permute(0, 2, 3, 1)))
+                return (z, F.gelu(c), torch.softmax(y, dim=1), torch.clamp(y, -0.2, 0.3),
+                        F.pad(y, (1, 2, 0, 1), value=0.7), y.topk(3, dim=1)[0])
+
+        torch.manual_seed(0)
+        m = M().eval()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.1)  # biases non-zero
+        return m
+
+
+@pytest.mark.parametrize("opset,adapted", [(9, {"Clip", "Pad", "Softmax", "TopK", "Upsample"}),
+                                           (10, {"Clip", "Pad", "Resize", "Softmax"})])
+def test_real_exports_of_the_adapted_ops(tmp_path, opset, adapted, capsys):
+    import warnings
+
+    import torch
+
+    src, dst = tmp_path / "m.onnx", tmp_path / "s.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_OpsModule.build(), (torch.randn(2, 3, 6, 5),), str(src), dynamo=False,
+                          opset_version=opset, input_names=["x"])
+    capsys.readouterr()
+    assert cli.main(["fuse", str(src), "-o", str(dst), "--target", "standard"]) == 0
+    note = next(ln for ln in capsys.readouterr().out.splitlines() if "raised the default opset" in ln)
+    assert set(note.split("adapted ")[1].split(";")[0].split(", ")) == adapted, note
+    assert cli.main(["check", str(src), str(dst)]) == 0, capsys.readouterr().out
+    onnx.checker.check_model(onnx.load(str(dst)), full_check=True)
