@@ -2,145 +2,28 @@
 onnx.version_converter, op by op, from the ONNX schemas.
 
 For every default-domain node in the model (main graph, If/Loop/Scan bodies,
-model-local functions and their bodies), ``onnx.defs.get_schema(op, v,
-"").since_version`` at the model's opset and at 20 say whether the op's
-definition changed in between. Unchanged: nothing to prove. Changed: every
-version step crossed must be in the reviewed table below, either as
-"same meaning for every model valid before" (only new types, or new optional
-inputs/attributes whose defaults are the old behaviour) or with an adapter
-that rewrites the node to keep its old meaning. The "same" entries are also
-checked mechanically (``signature_preserved``: every old input, output and
-attribute default still there) — by the tests for every entry, and here for
-the schemas actually crossed. Anything else is refused with the op's name,
-before the model is touched.
+model-local functions and their bodies), ``onnx.defs`` says at which versions
+the op's schema changed between the scope's opset and 20. Every change
+crossed is proven harmless for this node or adapted (opset_steps.py: type
+only, with the node's types allowed at both; reviewed, with its condition on
+the node; or an adapter from opset_adapters.py). Anything else is refused
+with the op's name and the model is left as it was (every node is proven
+before any is changed).
 
-Model-local functions are kept (the version converter dropped them): their
-own default-domain import is raised too, after the same proof.
+Model-local functions are kept (onnx.version_converter drops them): their own
+default-domain import is raised too, after the same proof.
 """
 from __future__ import annotations
 
-from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, defs, helper
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, defs, helper, shape_inference
 
 from .. import contract as C
 from ..errors import UnsupportedError
 from ..onnxio.walk import subgraphs
+from .opset_adapters import ADAPT, Refused
+from .opset_steps import REFUSED, REVIEWED, classify, previous, signature_preserved, type_only, versions
 
 _DEFAULT = ("", "ai.onnx")
-
-# (op, version that changed it): why an old-opset node means the same there.
-SAME: dict[tuple[str, int], str] = {
-    **{(op, 14): "adds int8/uint8/int16/uint16 types" for op in ("Add", "Sub", "Mul", "Div")},
-    ("Relu", 14): "adds signed integer types",
-    ("CumSum", 14): "adds float16/bfloat16",
-    **{(op, 14): "adds attribute layout (default 0 = the old layout)" for op in ("GRU", "LSTM", "RNN")},
-    ("BatchNormalization", 15): "input types may differ (scale/bias vs X)",
-    ("Pow", 15): "adds bfloat16 exponents",
-    ("Shape", 15): "adds start/end (default: the whole shape)",
-    ("Reshape", 14): "adds allowzero (default 0 = the old rule); adds bfloat16",
-    **{(op, 16): "adds bfloat16" for op in ("LeakyRelu", "PRelu", "Where", "GreaterOrEqual", "LessOrEqual")},
-    **{(op, 16): "adds optional/sequence types" for op in ("Identity", "If", "Loop", "Scan")},
-    **{(op, 16): "adds reduction (default none = overwrite)" for op in ("ScatterElements", "ScatterND")},
-    **{(op, 18): "adds reduction max/min" for op in ("ScatterElements", "ScatterND")},
-    ("Pad", 18): "adds the optional axes input (absent: all axes)",
-    ("Pad", 19): "adds mode wrap",
-    ("Resize", 18): "adds antialias/axes/keep_aspect_ratio_policy (defaults: the old behaviour)",
-    ("Resize", 19): "adds coordinate_transformation_mode half_pixel_symmetric",
-    ("LpPool", 18): "adds ceil_mode/dilations (defaults: the old behaviour)",
-    ("AveragePool", 19): "adds dilations (default 1)",
-    ("OptionalGetElement", 18): "accepts plain tensors too",
-    ("OptionalHasElement", 18): "accepts plain tensors too",
-    **{(op, 19): "adds float8 types" for op in ("Constant", "Identity", "If", "Loop", "Scan", "Reshape",
-                                                "Shape", "Size", "CastLike", "DequantizeLinear")},
-    ("Cast", 19): "adds float8 types and saturate (only for float8 outputs)",
-    ("QuantizeLinear", 19): "adds float8 types and saturate (only for float8 outputs)",
-    ("Equal", 19): "adds string",
-    ("ConstantOfShape", 20): "adds bfloat16/float8 types",
-    ("IsInf", 20): "adds float16/bfloat16/float8",
-    ("IsNaN", 20): "adds float8",
-    ("ReduceMax", 20): "adds bool",
-    ("ReduceMin", 20): "adds bool",
-}
-
-_REDUCE_18 = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
-              "ReduceMin", "ReduceProd", "ReduceSumSquare")
-
-
-def _axes_to_input(node: NodeProto, const) -> list[NodeProto]:
-    """Reduce*-18 reads axes from an input instead of an attribute."""
-    axes = next((a for a in node.attribute if a.name == "axes"), None)
-    if axes is None:
-        return []  # no axes: reduce over all, at 18 as before
-    c = const(node, list(axes.ints))
-    node.attribute.remove(axes)
-    node.input.insert(1, c.output[0]) if len(node.input) > 1 else node.input.append(c.output[0])
-    return [c]
-
-
-def _split_num_outputs(node: NodeProto, const) -> list[NodeProto]:
-    """Split-18 needs num_outputs when no split sizes are given (13: implied)."""
-    if len(node.input) < 2 or not node.input[1]:
-        node.attribute.append(helper.make_attribute("num_outputs", len(node.output)))
-    return []
-
-
-def _roi_align_mode(node: NodeProto, const) -> list[NodeProto]:
-    """RoiAlign-16 changed coordinate_transformation_mode's default."""
-    if not any(a.name == "coordinate_transformation_mode" for a in node.attribute):
-        node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "output_half_pixel"))
-    return []
-
-
-# (op, version that changed it): rewrites the node (in place) to keep its old
-# meaning; returns the Constant nodes to put in front of it.
-ADAPT = {
-    **{(op, 18): _axes_to_input for op in _REDUCE_18},
-    ("Split", 18): _split_num_outputs,
-    ("RoiAlign", 16): _roi_align_mode,
-}
-
-
-def _versions(op: str) -> list[int]:
-    cache = _versions.__dict__.setdefault("cache", {})
-    if op not in cache:
-        cache[op] = sorted({s.since_version for s in defs.get_all_schemas_with_history()
-                            if s.name == op and s.domain == ""})
-    return cache[op]
-
-
-def signature_preserved(op: str, old_since: int, new_since: int) -> str | None:
-    """None when every input, output and attribute (with its default) of the
-    old schema is still there at the new one, and every old type is still
-    allowed; else what differs."""
-    a, b = defs.get_schema(op, old_since, ""), defs.get_schema(op, new_since, "")
-    for kind, xs, ys in (("input", a.inputs, b.inputs), ("output", a.outputs, b.outputs)):
-        for k, x in enumerate(xs):
-            if k >= len(ys):
-                return f"{kind} {x.name} removed"
-            if x.option != ys[k].option and ys[k].option != defs.OpSchema.FormalParameterOption.Optional:
-                return f"{kind} {x.name} became required"
-    for name, attr in a.attributes.items():
-        if name not in b.attributes:
-            return f"attribute {name} removed"
-        nb = b.attributes[name]
-        if attr.default_value.SerializeToString() != nb.default_value.SerializeToString():
-            return f"attribute {name}'s default changed"
-    for name, new_attr in b.attributes.items():
-        if name not in a.attributes and new_attr.required:
-            return f"attribute {name} added as required"
-    old_types = {c.type_param_str: set(c.allowed_type_strs) for c in a.type_constraints}
-    new_types = {c.type_param_str: set(c.allowed_type_strs) for c in b.type_constraints}
-    for x in list(a.inputs) + list(a.outputs):
-        y = next((p for p in list(b.inputs) + list(b.outputs) if p.name == x.name), None)
-        lost = old_types.get(x.type_str, {x.type_str}) - new_types.get(y.type_str if y else "", {y.type_str if y else ""})
-        if lost:
-            return f"{x.name} no longer takes {sorted(lost)[0]}"
-    return None
-
-
-def _steps(op: str, old: int, new: int) -> list[int]:
-    """The versions at which op changed after opset ``old`` up to ``new``."""
-    s_old = defs.get_schema(op, old, "").since_version
-    return [v for v in _versions(op) if s_old < v <= new]
 
 
 def _graphs_of(g: GraphProto):
@@ -161,48 +44,139 @@ def _default_version(imports) -> int | None:
     return next((i.version for i in imports if i.domain in _DEFAULT), None)
 
 
-def plan(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET):
-    """Prove every default-domain node; returns [(container, node, adapter)]
-    for the nodes that need rewriting, or raises UnsupportedError naming the
-    first op that would change meaning. Changes nothing."""
-    local = {(f.domain, f.name) for f in model.functions}
-    scopes = [(_default_version(model.opset_import), "the model", list(_graphs_of(model.graph)))]
-    for f in model.functions:
-        scopes.append((_default_version(f.opset_import), f"function {f.domain}.{f.name}",
-                       list(_function_bodies(f))))
-    todo = []
-    for old, where, containers in scopes:
-        if old is None or old >= to_opset:
-            continue
-        for c in containers:
-            for n in c.node:
-                if n.domain not in _DEFAULT or (n.domain, n.op_type) in local:
-                    continue
-                for step in _proof(n, old, to_opset, where):
-                    todo.append((c, n, ADAPT[(n.op_type, step)]))
-    return todo
+class _Ctx:
+    """What adapters may ask: fresh names, constants, value ranks/types
+    (from ONNX shape inference of the input model, computed on first use)."""
+
+    def __init__(self, model: ModelProto, used: set[str]):
+        self._model, self._used, self._types = model, used, None
+
+    def name(self, hint: str) -> str:
+        k, name = 0, hint
+        while name in self._used:
+            k += 1
+            name = f"{hint}_{k}"
+        self._used.add(name)
+        return name
+
+    def node(self, op: str, inputs, outputs, **attrs) -> NodeProto:
+        return helper.make_node(op, list(inputs), list(outputs), name=self.name(f"{outputs[0]}_{op}"), **attrs)
+
+    def ints(self, hint: str, values) -> NodeProto:
+        out = self.name(hint)
+        return self.node("Constant", [], [out], value=helper.make_tensor(out, TensorProto.INT64, [len(values)], values))
+
+    def floats(self, hint: str, values, scalar: bool = False) -> NodeProto:
+        out = self.name(hint)
+        dims = [] if scalar else [len(values)]
+        return self.node("Constant", [], [out], value=helper.make_tensor(out, TensorProto.FLOAT, dims, values))
+
+    def _type(self, value: str):
+        if self._types is None:
+            self._types = {}
+            inferred = _infer(self._model)
+            for g in _graphs_of(inferred.graph):
+                for vi in list(g.input) + list(g.value_info) + list(g.output):
+                    self._types[vi.name] = vi.type
+                for t in g.initializer:
+                    self._types[t.name] = helper.make_tensor_type_proto(t.data_type, list(t.dims))
+        return self._types.get(value)
+
+    def rank(self, value: str) -> int | None:
+        t = self._type(value)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        return len(t.tensor_type.shape.dim)
+
+    def elem_type(self, value: str) -> str | None:
+        t = self._type(value)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.elem_type:
+            return None
+        return f"tensor({helper.tensor_dtype_to_string(t.tensor_type.elem_type).split('.')[-1].lower()})"
 
 
-def _proof(n: NodeProto, old: int, to_opset: int, where: str) -> list[int]:
-    label = f"{n.op_type} (node '{n.name}' in {where})" if n.name else f"{n.op_type} (in {where})"
-    if not any(v <= to_opset for v in _versions(n.op_type)):
-        return []  # not an ONNX op (e.g. TensorRT's legacy plugin node): no opset governs it
-    if not any(v <= old for v in _versions(n.op_type)):
-        raise UnsupportedError(_refusal(old, f"{label} is no ONNX op at opset {old} but one at {to_opset}"))
-    steps = _steps(n.op_type, old, to_opset)
-    adapt = []
-    for v in steps:
-        if (n.op_type, v) in ADAPT:
-            adapt.append(v)
+def _infer(model: ModelProto) -> ModelProto:
+    """ONNX shape inference, plus the rank of a Reshape whose shape input has
+    a known length (ONNX leaves it unknown unless the shape is a constant:
+    every attention Softmax of a TorchScript export sits below such a Reshape)."""
+    try:
+        inferred = shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - no inference: adapters take their general form
+        return model
+    known = {v.name: v.type.tensor_type for v in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    known.update({t.name: helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
+                  for t in inferred.graph.initializer})
+    hints = []
+    for n in inferred.graph.node:
+        if n.op_type != "Reshape" or len(n.input) < 2 or not n.output[0]:
             continue
-        if (n.op_type, v) not in SAME:
-            raise UnsupportedError(_refusal(old, f"{label} changed meaning at opset {v} and gelu-onnx has no "
-                                                 f"proven adaptation"))
-        prev = max(s for s in _versions(n.op_type) if s < v)
-        why = signature_preserved(n.op_type, prev, v)
-        if why:  # the reviewed table disagrees with this onnx's schemas
-            raise UnsupportedError(_refusal(old, f"{label} changed at opset {v}: {why}"))
-    return adapt
+        out, shape = known.get(n.output[0]), known.get(n.input[1])
+        if out is None or out.HasField("shape") or shape is None or len(shape.shape.dim) != 1:
+            continue
+        length = shape.shape.dim[0]
+        if length.HasField("dim_value"):
+            hints.append(helper.make_tensor_value_info(n.output[0], out.elem_type, [None] * length.dim_value))
+    if not hints:
+        return inferred
+    names = {h.name for h in hints}
+    kept = [v for v in inferred.graph.value_info if v.name not in names]
+    del inferred.graph.value_info[:]
+    inferred.graph.value_info.extend(kept + hints)
+    try:
+        return shape_inference.infer_shapes(inferred)
+    except Exception:  # noqa: BLE001 - keep what the first pass knew
+        return inferred
+
+
+def _label(n: NodeProto, where: str) -> str:
+    return f"{n.op_type} (node '{n.name}' in {where})" if n.name else f"{n.op_type} (in {where})"
+
+
+def _prove(n: NodeProto, old: int, to: int, where: str, ctx: _Ctx, adapted: list[str]) -> list[NodeProto]:
+    """The nodes that mean at opset ``to`` what ``n`` meant at ``old``."""
+    op = n.op_type
+    if not any(v <= to for v in versions(op)):
+        return [n]  # not an ONNX op (e.g. TensorRT's legacy plugin node): no opset governs it
+    if not any(v <= old for v in versions(op)):
+        raise UnsupportedError(_refusal(old, f"{_label(n, where)} is no ONNX op at opset {old} but one at {to}"))
+    since = defs.get_schema(op, old, "").since_version
+    out = [n]
+    steps = [v for v in versions(op) if since < v <= to]
+    while steps:
+        v = steps.pop(0)
+        kind = classify(op, v)
+        if kind == "adapt":
+            fn = ADAPT[(op, v)]
+            try:
+                out = [m for x in out for m in (fn(x, ctx) if x is n else [x])]
+            except Refused as e:
+                raise UnsupportedError(_refusal(old, f"{_label(n, where)} changed meaning at opset {v} and its "
+                                                     f"use here cannot be carried over ({e})")) from None
+            adapted.append(op)
+            if getattr(fn, "final", False):
+                break
+            if n.op_type != op:  # renamed (Scatter -> ScatterElements): the new op's later changes
+                op = n.op_type
+                steps = [s for s in versions(op) if v < s <= to]
+            continue
+        if kind == "reviewed":
+            why, cond = REVIEWED[(op, v)]
+            bad = cond(n) if cond else signature_preserved(op, previous(op, v), v)
+            if bad:
+                raise UnsupportedError(_refusal(old, f"{_label(n, where)} changed at opset {v} ({why}): {bad}"))
+            continue
+        if kind == "type-only":
+            lost = type_only(op, previous(op, v), v)
+            for (io, k), gone in lost.items():
+                names = n.input if io == "input" else n.output
+                t = ctx.elem_type(names[k]) if k < len(names) and names[k] else None
+                if k < len(names) and names[k] and (t is None or t in gone):
+                    raise UnsupportedError(_refusal(old, f"{_label(n, where)} no longer takes "
+                                                         f"{t or 'some types'} from opset {v}"))
+            continue
+        why = REFUSED.get((op, v), "gelu-onnx has no proven adaptation")
+        raise UnsupportedError(_refusal(old, f"{_label(n, where)} changed meaning at opset {v}: {why}"))
+    return out
 
 
 def _refusal(old: int, what: str) -> str:
@@ -210,41 +184,48 @@ def _refusal(old: int, what: str) -> str:
             f"use --target custom or --target ort")
 
 
+def _replacements(model: ModelProto, to: int) -> tuple[list, list[str]]:
+    """Proves every node without changing the model: [(container, {index:
+    the nodes replacing that node})] with bodies before the graphs holding
+    them, and the adapted ops. Raises UnsupportedError on the first refusal."""
+    local = {(f.domain, f.name) for f in model.functions}
+    ctx = _Ctx(model, _names(model))
+    scopes = [(_default_version(model.opset_import), "the model", list(_graphs_of(model.graph)))]
+    scopes += [(_default_version(f.opset_import), f"function {f.domain}.{f.name}", list(_function_bodies(f)))
+               for f in model.functions]
+    todo, adapted = [], []
+    for old, where, containers in scopes:
+        if old is None or old >= to:
+            continue
+        for c in reversed(containers):  # bodies first: a parent's rebuild then copies them adapted
+            reps = {}
+            for k, n in enumerate(c.node):
+                if n.domain not in _DEFAULT or (n.domain, n.op_type) in local:
+                    continue
+                before = len(adapted)
+                out = _prove(_copy(n), old, to, where, ctx, adapted)
+                if len(adapted) > before:
+                    reps[k] = out
+            todo.append((c, reps))
+    return todo, sorted(set(adapted))
+
+
+def plan(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[str]:
+    """The ops an upgrade would adapt, or UnsupportedError naming the first
+    op that would change meaning. Changes nothing."""
+    return _replacements(model, to_opset)[1]
+
+
 def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[str]:
     """Raise the default-domain opset of ``model`` (in place) and of its
-    functions to ``to_opset`` after plan()'s proof; returns the adapted ops.
-    On refusal the model is left as it was."""
-    todo = plan(model, to_opset)
-    used = _names(model)
-    counter = [0]
-
-    def const(node: NodeProto, ints: list[int]) -> NodeProto:
-        while True:
-            counter[0] += 1
-            name = f"{node.name or node.op_type}_axes_{counter[0]}"
-            if name not in used:
-                used.add(name)
-                break
-        return helper.make_node("Constant", [], [name], name=name,
-                                value=helper.make_tensor(name, TensorProto.INT64, [len(ints)], ints))
-
-    inserts: dict[int, list[tuple[NodeProto, list[NodeProto]]]] = {}
-    containers: dict[int, object] = {}
-    adapted: list[str] = []
-    for c, n, fn in todo:
-        new = fn(n, const)
-        adapted.append(n.op_type)
-        if new:
-            inserts.setdefault(id(c), []).append((n, new))
-            containers[id(c)] = c
-    for key, items in inserts.items():
-        c = containers[key]
-        before = {id(n): new for n, new in items}
-        nodes = []
-        for n in c.node:
-            nodes.extend(before.get(id(n), ()))
-            nodes.append(n)
-        rebuilt = [_copy(n) for n in nodes]
+    functions to ``to_opset`` after the proof; returns the adapted ops. On
+    refusal the model is left as it was (nothing changes before every node
+    is proven; no copy of the model is made)."""
+    todo, adapted = _replacements(model, to_opset)
+    for c, reps in todo:
+        if not reps:
+            continue
+        rebuilt = [_copy(m) for k, n in enumerate(c.node) for m in reps.get(k, [n])]
         del c.node[:]
         c.node.extend(rebuilt)
     for imports in [model.opset_import] + [f.opset_import for f in model.functions]:
@@ -254,7 +235,7 @@ def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[st
     from ..onnxio import lowest_ir_version
 
     model.ir_version = max(model.ir_version, lowest_ir_version(model) or model.ir_version)
-    return sorted(set(adapted))
+    return adapted
 
 
 def note(old: int, adapted: list[str]) -> str:
@@ -284,4 +265,3 @@ def _names(model: ModelProto) -> set[str]:
             used.update(t.name for t in c.initializer)
             used.update(i.name for i in c.input)
     return used
-
