@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
 from .fusion.targets import DEFAULT as DEFAULT_TARGET
-from .onnxio.fileops import path_arg
+from .onnxio.fileops import folder_lock, path_arg
 
 if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
     from .api import FuseResult
@@ -275,7 +275,9 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     # The checker resolves external data relative to the model file (and takes
     # > 2 GiB only as a file): check those after writing, the rest before.
     # A signal anywhere in here unwinds through the rollback (gelu_onnx.interrupts).
-    with interrupts.unwinding():
+    # Other writers into the folder wait until this one committed or rolled
+    # back: none decides on a data file this one may still take back.
+    with interrupts.unwinding(), folder_lock(os.path.dirname(os.path.abspath(shown))):
         if skeleton is not None:
             # The skeleton is small; its stripped weights are checked as external
             # data inside the input file (their lengths exactly by splice).
