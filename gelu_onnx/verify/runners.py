@@ -51,9 +51,11 @@ def make_session_options(use_library: bool, opt_level: str = "all", threads: int
     if opt_level not in levels:
         raise InputError(f"unknown optimization level '{opt_level}' (choose from {', '.join(OPT_LEVELS)})")
     so.graph_optimization_level = levels[opt_level]
-    # ONNX Runtime's own warnings (unused initializers, ...) are not ours to
-    # print: errors only, unless GELU_ONNX_ORT_LOG asks (0 verbose .. 4 fatal)
-    so.log_severity_level = int(os.environ.get("GELU_ONNX_ORT_LOG", "3"))
+    # ONNX Runtime's own lines (warnings, run-time errors) are not ours to
+    # print, unless GELU_ONNX_ORT_LOG asks (0 verbose .. 4 fatal)
+    from ..ortlib import quiet
+
+    quiet(so)
     if threads is not None:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
