@@ -85,6 +85,24 @@ def quiet(so):
     return so
 
 
+_FOLDER_FDS: dict[str, int] = {}
+
+
+def folder_arg(folder: str) -> str:
+    """``folder`` as ONNX Runtime's C++ can take it (UTF-8 only): itself, or
+    for a folder whose path holds other bytes, /proc/self/fd/N of a
+    descriptor kept open on it for the process's life (one per folder)."""
+    import os
+
+    from .onnxio.fileops import utf8_path
+
+    if utf8_path(folder) or not os.path.isdir("/proc/self/fd"):
+        return folder
+    if folder not in _FOLDER_FDS:
+        _FOLDER_FDS[folder] = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    return f"/proc/self/fd/{_FOLDER_FDS[folder]}"
+
+
 def session_options(base=None):
     """An ``onnxruntime.SessionOptions`` with the custom-op library registered.
 

@@ -31,6 +31,17 @@ def path_arg(path, what: str = "path") -> str:
     return p
 
 
+def utf8_path(path) -> bool:
+    """Whether a path can be handed to onnx's and ONNX Runtime's C++ as a
+    str (they take UTF-8 only; a path with other bytes is read by Python,
+    its model passed in memory)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        return False
+    return True
+
+
 def umask() -> int:
     try:
         with open("/proc/self/status") as f:

@@ -16,6 +16,8 @@ from onnx import TensorProto
 from .. import contract
 from ..errors import InputError, UnsupportedError
 from .inputs import is_bf16
+from ..onnxio.fileops import utf8_path
+from ..ortlib import folder_arg
 
 from ..contract import OPT_LEVELS, PROVIDERS  # noqa: E402 (re-exported: verify.PROVIDERS, verify.OPT_LEVELS)
 # ONNX Runtime can load models larger than this only from a file.
@@ -107,12 +109,13 @@ class ModelSource:
         return self.loaded.model
 
     def ort_arg(self, so):
-        if self.loaded.path is not None:
+        if self.loaded.path is not None and utf8_path(self.loaded.path):  # else in memory
             return self.loaded.path
         if self.proto.ByteSize() >= _PROTO_LIMIT:
             return str(self.file())
         if self.loaded.base_dir is not None:
-            so.add_session_config_entry("session.model_external_initializers_file_folder_path", self.loaded.base_dir)
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                        folder_arg(self.loaded.base_dir))
         return self.proto.SerializeToString()
 
     def file(self) -> Path:
