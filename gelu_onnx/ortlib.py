@@ -59,7 +59,8 @@ def runtime_env() -> None:
     imported this changes nothing."""
     import os
 
-    os.environ.setdefault(TELEMETRY_ENV, "1")
+    if not os.environ.get(TELEMETRY_ENV):  # unset or empty
+        os.environ[TELEMETRY_ENV] = "1"
 
 
 def log_level() -> int:
