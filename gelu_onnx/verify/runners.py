@@ -17,7 +17,7 @@ from .. import contract
 from ..errors import InputError, UnsupportedError
 from .inputs import is_bf16
 from ..onnxio.fileops import utf8_path
-from ..ortlib import folder_arg
+from ..ortlib import folder_arg, quiet
 
 from ..contract import OPT_LEVELS, PROVIDERS  # noqa: E402 (re-exported: verify.PROVIDERS, verify.OPT_LEVELS)
 # ONNX Runtime can load models larger than this only from a file.
@@ -55,8 +55,6 @@ def make_session_options(use_library: bool, opt_level: str = "all", threads: int
     so.graph_optimization_level = levels[opt_level]
     # ONNX Runtime's own lines (warnings, run-time errors) are not ours to
     # print, unless GELU_ONNX_ORT_LOG asks (0 verbose .. 4 fatal)
-    from ..ortlib import quiet
-
     quiet(so)
     if threads is not None:
         so.intra_op_num_threads = threads
