@@ -6,6 +6,7 @@ an ImportError from an interrupted C extension."""
 import sys
 
 from .interrupts import preload, unwinding
+from .ortlib import runtime_env
 
 # what every command imports; --help / --version need the parser only, and
 # fuse / inspect no runtime (and not the parity checker)
@@ -14,6 +15,7 @@ _FILE_COMMANDS = ("fuse", "inspect")
 
 
 def main() -> int:
+    runtime_env()  # before onnxruntime is imported: no telemetry files, no warning about them
     with unwinding():
         try:
             quick = any(a in ("-h", "--help", "--version") for a in sys.argv[1:])

@@ -47,6 +47,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
     """
     t = targets.get(target)
     src, base_dir, table = _as_model(model, base_dir)
+    functions.refuse_foreign_functions(src)
     if inplace:
         m = src
     else:
@@ -83,6 +84,7 @@ def inspect(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, 
     """Every GELU that ``fuse`` would fuse, and every near-miss; changes nothing."""
     t = targets.get(target)
     m, base_dir, table = _as_model(model, base_dir)
+    functions.refuse_foreign_functions(m)
     if functions.holds_gelu(m):
         # what fuse would do there (in bodies or inlined) is found by doing it on a copy
         done = fuse_with_report(m, t, base_dir=base_dir)

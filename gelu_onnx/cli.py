@@ -19,7 +19,7 @@ import warnings
 from .version import __version__
 from . import cli_check, interrupts
 from .files import require_file
-from .cliutil import add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int, table
+from .cliutil import ESCAPE, add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int, table
 from .errors import GeluOnnxError
 from .fusion import targets
 
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
         warnings.simplefilter("ignore")
     for stream in (sys.stdout, sys.stderr):  # paths need not be UTF-8: print them escaped, never crash
         with contextlib.suppress(AttributeError, ValueError):
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors=ESCAPE)
     if sys.stdout is not None:
         sys.stdout = _Stdout(sys.stdout)
     # SIGTERM / SIGHUP (timeout, CI cancellation, docker stop, a closed

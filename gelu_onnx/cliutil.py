@@ -2,7 +2,29 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+
+# The error handler the command's stdout and stderr write with: a path (or
+# any text) holding bytes that are not UTF-8 reaches us as lone surrogates
+# (os.fsdecode's surrogateescape); each is printed as the byte it stands
+# for, \xff, and a character the locale cannot encode as \u00e9 (Python's
+# backslashreplace). Never a UnicodeEncodeError. JSON keeps its own escape
+# (\udcff), which json.loads and os.fsencode turn back into the same bytes.
+ESCAPE = "gelu-onnx-escape"
+
+
+def _escape(err: UnicodeError):
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    out = []
+    for c in err.object[err.start:err.end]:
+        o = ord(c)
+        out.append(f"\\x{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else c.encode("ascii", "backslashreplace").decode())
+    return "".join(out), err.end
+
+
+codecs.register_error(ESCAPE, _escape)
 
 
 def emit_json(doc) -> None:

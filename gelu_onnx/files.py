@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
 from .fusion.targets import DEFAULT as DEFAULT_TARGET
-from .onnxio.fileops import path_arg
+from .onnxio.fileops import folder_lock, path_arg, utf8_path
 
 if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
     from .api import FuseResult
@@ -183,7 +183,7 @@ def check_input(loaded, src, skeleton=None) -> None:
                 onnx.checker.check_model(model, full_check=True)
         elif not loaded.external_files and loaded.file_size < onnxio.MAX_PROTO_BYTES - (64 << 20):
             onnx.checker.check_model(model, full_check=True)
-        elif _utf8(loaded.path):  # external data resolve relative to the file
+        elif utf8_path(loaded.path):  # external data resolve relative to the file
             onnx.checker.check_model(loaded.path, full_check=True)
         else:  # onnx takes UTF-8 paths only: the model, from its folder
             with _cwd(os.path.dirname(loaded.path)):
@@ -241,7 +241,12 @@ def _check_file(src) -> None:
     import onnx
 
     try:
-        onnx.checker.check_model(os.fspath(src), full_check=True)
+        if utf8_path(src):
+            onnx.checker.check_model(os.fspath(src), full_check=True)
+        else:  # onnx takes UTF-8 paths only: the model (no external data here), from its folder
+            with _cwd(os.path.dirname(os.path.abspath(src))):
+                onnx.checker.check_model(onnx.load_model(os.fspath(src), load_external_data=False),
+                                         full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{src}: the input model fails onnx.checker: {_one_line(first)}") from None
@@ -275,7 +280,9 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     # The checker resolves external data relative to the model file (and takes
     # > 2 GiB only as a file): check those after writing, the rest before.
     # A signal anywhere in here unwinds through the rollback (gelu_onnx.interrupts).
-    with interrupts.unwinding():
+    # Other writers into the folder wait until this one committed or rolled
+    # back: none decides on a data file this one may still take back.
+    with interrupts.unwinding(), folder_lock(os.path.dirname(os.path.abspath(shown))):
         if skeleton is not None:
             # The skeleton is small; its stripped weights are checked as external
             # data inside the input file (their lengths exactly by splice).
@@ -295,7 +302,7 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
         try:
             if not in_memory:
                 interrupts.fault("write:checker")
-                if _utf8(saved.path):
+                if utf8_path(saved.path):
                     _checker(saved.path, shown)
                 else:  # onnx takes UTF-8 paths only: the model, from its folder
                     with _cwd(os.path.dirname(saved.path)):
@@ -338,14 +345,6 @@ def _checker(model_or_path, shown) -> None:
     except (onnx.checker.ValidationError, ValueError) as e:
         raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {_one_line(str(e).splitlines()[0])} "
                             "(a bug: please report)") from e
-
-
-def _utf8(path) -> bool:
-    try:
-        os.fspath(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @contextlib.contextmanager

@@ -9,24 +9,30 @@ from __future__ import annotations
 
 import functools
 
+from .ortlib import quiet, runtime_env
+
 
 def version() -> str:
+    runtime_env()
     import onnxruntime as ort
 
     return ort.__version__
 
 
 def _quiet_options():
+    runtime_env()
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 4  # the refusals below are expected: keep stderr clean
+    quiet(so)
+    so.log_severity_level = 4  # the refusals below are expected: never shown, even with -v
     return so
 
 
 def loads_ir(ir: int) -> bool:
     """True when the installed onnxruntime loads a model of IR version ``ir``
     (an Identity at opset 13, which every supported runtime knows)."""
+    so = _quiet_options()
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -35,7 +41,7 @@ def loads_ir(ir: int) -> bool:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=ir)
     try:
-        ort.InferenceSession(m.SerializeToString(), _quiet_options(), providers=["CPUExecutionProvider"])
+        ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception:  # noqa: BLE001 - any refusal means "not this IR"
         return False
     return True

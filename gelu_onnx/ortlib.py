@@ -46,6 +46,64 @@ def available() -> bool:
         return False
 
 
+TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
+LOG_ENV = "GELU_ONNX_ORT_LOG"  # ONNX Runtime's log level: 0 verbose .. 4 fatal (default: 4, nothing)
+
+
+def runtime_env() -> None:
+    """Before onnxruntime is first imported (the command does it first
+    thing, gelu_onnx/__main__.py): its telemetry off unless the caller set
+    ORT_DISABLE_TELEMETRY. Importing onnxruntime 1.2x otherwise creates
+    $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}
+    and, where HOME cannot be written, prints a warning. Once onnxruntime is
+    imported this changes nothing."""
+    import os
+
+    if not os.environ.get(TELEMETRY_ENV):  # unset or empty
+        os.environ[TELEMETRY_ENV] = "1"
+
+
+def log_level() -> int:
+    import os
+
+    try:
+        return min(4, max(0, int(os.environ.get(LOG_ENV, "4"))))
+    except ValueError:
+        return 4
+
+
+def quiet(so):
+    """``so`` (an onnxruntime.SessionOptions) and ONNX Runtime's default
+    logger, which is process-wide and also writes what a session logs
+    before its own logger exists, at log_level(): our one stderr line is
+    the only one, on success and on failure (a model failing at run time
+    logs a coloured error line first otherwise). Returns ``so``."""
+    import onnxruntime as ort
+
+    level = log_level()
+    so.log_severity_level = level
+    ort.set_default_logger_severity(level)
+    return so
+
+
+_FOLDER_FDS: dict[str, int] = {}
+
+
+def folder_arg(folder: str) -> str:
+    """``folder`` as ONNX Runtime's C++ can take it (UTF-8 only): itself, or
+    for a folder whose path holds other bytes, /proc/self/fd/N of a
+    descriptor kept open on it for the process's life (one per folder)."""
+    import os
+
+    from .onnxio.fileops import utf8_path
+
+    if utf8_path(folder) or not os.path.isdir("/proc/self/fd"):
+        return folder
+    if folder not in _FOLDER_FDS:
+        _FOLDER_FDS[folder] = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    return f"/proc/self/fd/{_FOLDER_FDS[folder]}"
+
+
 def session_options(base=None):
     """An ``onnxruntime.SessionOptions`` with the custom-op library registered.
 
@@ -53,6 +111,7 @@ def session_options(base=None):
     SessionOptions otherwise. Raises UnsupportedError when the library is not
     built, or when this onnxruntime refuses to load it.
     """
+    runtime_env()
     import onnxruntime as ort
 
     path = library_path(required=True)

@@ -300,3 +300,83 @@ def test_gelu_function_called_from_another_function(target):
     res = _check_all(m, {"x32": x}, target)
     assert _anchors(res.model) == 0
     assert res.fusions and all("test.poly" in f.graph for f in res.fusions)
+
+
+# --- functions a model defines in our own domain ------------------------------------------------
+
+def _calls_ours(op: str, body: onnx.FunctionProto | None, opset: int = 17, dt=TensorProto.FLOAT) -> onnx.ModelProto:
+    """x -> ai.gelu_onnx.<op> -> y, the model carrying ``body`` as that op's function."""
+    g = h.make_graph([h.make_node(op, ["x"], ["y"], domain=contract.DOMAIN, name="call")], "g",
+                     [h.make_tensor_value_info("x", dt, [2, 8])], [h.make_tensor_value_info("y", dt, [2, 8])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset), h.make_opsetid(contract.DOMAIN, 1)],
+                        functions=[body] if body is not None else [], ir_version=8)
+
+
+def _relu_body(name: str) -> onnx.FunctionProto:
+    return h.make_function(contract.DOMAIN, name, ["X"], ["Y"], [h.make_node("Relu", ["X"], ["Y"])],
+                           [h.make_opsetid("", 17)])
+
+
+def _off_by_a_constant() -> onnx.FunctionProto:
+    from gelu_onnx.fusion.targets import make_function
+
+    f = make_function("GeluErf", 17, None)
+    for n in f.node:
+        for a in n.attribute:
+            if a.name == "value" and a.t.name == "sqrt2_t":
+                a.t.float_data[0] = 1.5  # another function: x * Phi(x * 1.41 / 1.5)
+    return f
+
+
+@pytest.mark.parametrize("case", ["relu_as_GeluErf", "unknown_op_in_our_domain", "GeluErf_off_by_a_constant"])
+def test_a_function_of_its_own_in_our_domain_is_refused(case, tmp_path):
+    """ONNX Runtime runs the model's function without our library and our
+    kernel with it: the two disagree, so the model is refused (exit 2, one
+    line naming the function), never reported as already fused."""
+    body = {"relu_as_GeluErf": lambda: _relu_body("GeluErf"), "unknown_op_in_our_domain": lambda: _relu_body("Foo"),
+            "GeluErf_off_by_a_constant": _off_by_a_constant}[case]()
+    m = _calls_ours(body.name, body)
+    onnx.checker.check_model(m, full_check=True)
+    x = {"x": np.linspace(-3, 3, 16, dtype=np.float32).reshape(2, 8)}
+    if ortlib.available() and body.name == "GeluErf":  # the runtime's two answers differ
+        assert not np.allclose(_session(m, False).run(None, x)[0], _session(m, True).run(None, x)[0], atol=1e-3)
+    name = f"{contract.DOMAIN}.{body.name}"
+    for target in TARGETS:
+        with pytest.raises(gelu_onnx.errors.InputError, match=name.replace(".", r"\.")):
+            gelu_onnx.fuse_with_report(m, target)
+        with pytest.raises(gelu_onnx.errors.InputError, match=name.replace(".", r"\.")):
+            gelu_onnx.inspect(m, target)
+    src = tmp_path / "m.onnx"
+    onnx.save(m, src)
+    for args in (["fuse", str(src), "-o", str(tmp_path / "f.onnx")], ["inspect", str(src)]):
+        r = subprocess.run([sys.executable, "-m", "gelu_onnx", *args], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and name in r.stderr, r.stderr
+    assert not (tmp_path / "f.onnx").exists()
+
+
+@pytest.mark.parametrize("opset,dt", [(13, TensorProto.FLOAT), (13, TensorProto.FLOAT16), (17, TensorProto.FLOAT),
+                                      (20, TensorProto.FLOAT16)])
+def test_a_model_we_fused_is_fused_and_inspected_again(opset, dt):
+    """Our own functions (typed below opset 15, CastLike above) are ours:
+    a custom-fused model moves to every target and is inspected."""
+    from gelu_onnx.fusion.targets import make_function
+
+    for op in ("GeluErf", "GeluTanh"):
+        m = _calls_ours(op, make_function(op, opset, dt if opset < 15 else None), opset, dt)
+        for target in TARGETS:
+            gelu_onnx.fuse_with_report(m, target)
+            gelu_onnx.inspect(m, target)
+    # and what fuse itself wrote, with a bias, sigmoid and fp16 in one model
+    g = h.make_graph([h.make_node("Div", ["x", "s"], ["d"]), h.make_node("Erf", ["d"], ["e"]),
+                      h.make_node("Add", ["e", "one"], ["p"]), h.make_node("Mul", ["x", "p"], ["q"]),
+                      h.make_node("Mul", ["q", "half"], ["y1"]), h.make_node("Sigmoid", ["k"], ["sg"]),
+                      h.make_node("Mul", ["x", "a"], ["k"]), h.make_node("Mul", ["x", "sg"], ["y2"])], "g",
+                     [h.make_tensor_value_info("x", dt, [2, 8])],
+                     [h.make_tensor_value_info("y1", dt, [2, 8]), h.make_tensor_value_info("y2", dt, [2, 8])],
+                     [onnx.numpy_helper.from_array(np.array(v, contract.np_dtype(dt)), n)
+                      for n, v in (("s", 1.4142135), ("one", 1.0), ("half", 0.5), ("a", 1.702))])
+    fused = gelu_onnx.fuse(h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8), "custom")
+    assert {f.name for f in fused.functions} == {"GeluErf", "GeluSigmoid"}
+    for target in TARGETS:
+        again = gelu_onnx.fuse_with_report(fused, target)
+        assert len(again.fusions) + len(again.already) + len(again.near_misses) == 2  # standard: no sigmoid op

@@ -300,3 +300,80 @@ def test_native_gelu_after_an_op_that_declares_no_type(target):
     assert not res.near_misses
     assert len(res.fusions) + len(res.already) == 1
     assert [o for o in ops(res.model) if o in GELU_OPS][0] in TARGET_OPS[target]
+
+
+def _bad(op: str, domain: str, n_in: int, n_out: int = 1, **attrs) -> onnx.ModelProto:
+    """x @ W + B -> <op> with n_in inputs (x, B, B) and n_out outputs."""
+    rng = np.random.default_rng(5)
+    inits = [nh.from_array(rng.standard_normal((H, H)).astype(np.float32), "W"),
+             nh.from_array((rng.standard_normal(H) + 0.5).astype(np.float32), "B")]
+    outs = ["y", "y2"][:n_out]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["mm"]), h.make_node("Add", ["mm", "B"], ["a"]),
+             h.make_node(op, ["a", "B", "B"][:n_in], outs, domain=domain, name="the_gelu", **attrs)]
+    g = h.make_graph(nodes, "bad", [h.make_tensor_value_info("x", T.FLOAT, ["b", H])],
+                     [h.make_tensor_value_info(o, T.FLOAT, ["b", H]) for o in outs], inits)
+    opsets = [h.make_opsetid("", 20), h.make_opsetid(MS, 1), h.make_opsetid(C.DOMAIN, C.OPSET_VERSION)]
+    m = h.make_model(g, opset_imports=opsets, ir_version=10)
+    if domain == C.DOMAIN:
+        m.functions.append(make_function(op, 20, None))
+    return m
+
+
+def _ort_refuses(m: onnx.ModelProto, library: bool = False) -> bool:
+    so = gelu_onnx.session_options() if library else ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - any refusal
+        return True
+    return False
+
+
+INVALID_NATIVE = {
+    "ms_gelu_2_inputs": ("Gelu", MS, 2, 1, {}),
+    "ms_gelu_3_inputs": ("Gelu", MS, 3, 1, {}),
+    "ms_gelu_approximate_attr": ("Gelu", MS, 1, 1, {"approximate": "tanh"}),
+    "ms_gelu_2_outputs": ("Gelu", MS, 1, 2, {}),
+    "biasgelu_1_input": ("BiasGelu", MS, 1, 1, {}),
+    "biasgelu_3_inputs": ("BiasGelu", MS, 3, 1, {}),
+    "fastgelu_3_inputs": ("FastGelu", MS, 3, 1, {}),
+    "fastgelu_alpha_attr": ("FastGelu", MS, 2, 1, {"alpha": 1.0}),
+    "quickgelu_2_inputs": ("QuickGelu", MS, 2, 1, {}),
+    "quickgelu_int_alpha": ("QuickGelu", MS, 1, 1, {"alpha": 2}),
+    "quickgelu_unknown_attr": ("QuickGelu", MS, 1, 1, {"beta": 1.0}),
+    "ours_geluerf_2_inputs": ("GeluErf", C.DOMAIN, 2, 1, {}),
+    "ours_biasgelu_3_inputs": ("BiasGeluErf", C.DOMAIN, 3, 1, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID_NATIVE))
+def test_a_gelu_op_onnxruntime_refuses_is_never_made_valid(case):
+    """ONNX Runtime's own verdict first: it refuses the input. Every target
+    then leaves the node as written (a near-miss naming it), so the output
+    is refused just the same: the extra input or attribute is never dropped
+    into a model that runs (docs/design.md, single-op GELUs)."""
+    op, dom, n_in, n_out, attrs = INVALID_NATIVE[case]
+    m = _bad(op, dom, n_in, n_out, **attrs)
+    assert _ort_refuses(m), "ONNX Runtime loads it: not an invalid case"
+    if dom == C.DOMAIN and ortlib.available():
+        assert _ort_refuses(m, library=True)
+    node = m.graph.node[-1].SerializeToString()
+    for target in ("custom", "standard", "ort"):
+        res = gelu_onnx.fuse_with_report(m, target)
+        assert not res.fusions, (target, [f.as_dict() for f in res.fusions])
+        code = "native-attribute" if case == "quickgelu_int_alpha" else "native-arity"  # an alpha not read
+        assert [(n.code.value, n.anchor) for n in res.near_misses] == [(code, "the_gelu")], target
+        assert node in [n.SerializeToString() for n in res.model.graph.node], target
+        assert _ort_refuses(res.model), target
+
+
+@pytest.mark.parametrize("op,n_in,attrs", [("Gelu", 1, {}), ("BiasGelu", 2, {}), ("FastGelu", 1, {}),
+                                           ("FastGelu", 2, {}), ("QuickGelu", 1, {"alpha": 1.702}),
+                                           ("QuickGelu", 1, {})])
+def test_each_valid_contrib_arity_is_fused(op, n_in, attrs):
+    """The other side of the schema check: what ONNX Runtime loads is fused."""
+    m = _bad(op, MS, n_in, **attrs)
+    assert not _ort_refuses(m)
+    res = gelu_onnx.fuse_with_report(m, "custom")
+    assert len(res.fusions) == 1 and not res.near_misses
+    assert not _ort_refuses(res.model)

@@ -103,3 +103,27 @@ def test_rollback_restores_what_a_write_replaced(tmp_path):
     assert snapshot(tmp_path / "out") != {k: v for k, v in before.items() if not k.startswith(".")}
     saved.rollback()
     assert snapshot(tmp_path / "out") == before
+
+
+def test_a_data_file_name_is_claimed_once(tmp_path):
+    """What keeps writers apart where a folder cannot be locked (some network
+    filesystems): a new data file takes its name with a hard link, which
+    fails where a rename would replace the file another writer just put
+    there; the loser's temp file stays for its own cleanup."""
+    from gelu_onnx.onnxio.fileops import claim, folder_lock
+
+    a, b, final = tmp_path / ".a.tmp", tmp_path / ".b.tmp", tmp_path / "w.bin"
+    a.write_bytes(b"weights of a")
+    b.write_bytes(b"weights of b")
+    assert claim(str(a), str(final)) and not a.exists()
+    assert not claim(str(b), str(final)) and b.exists()
+    assert final.read_bytes() == b"weights of a" and final.stat().st_nlink == 1
+    # the folder lock is taken again by the same process (save_model inside write_model)
+    with folder_lock(str(tmp_path)), folder_lock(str(tmp_path)):
+        probe = subprocess.run([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY);"
+                                "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", str(tmp_path)], capture_output=True)
+        assert probe.returncode != 0 and b"BlockingIOError" in probe.stderr  # held against other processes
+    probe = subprocess.run([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY);"
+                            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", str(tmp_path)])
+    assert probe.returncode == 0  # released
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".b.tmp", "w.bin"]  # no lock file

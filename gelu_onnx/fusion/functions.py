@@ -174,6 +174,33 @@ def _label(f: FunctionProto, sites: list[str]) -> str:
     return f"function {f.domain}.{f.name} (called by {shown})"
 
 
+def refuse_foreign_functions(model: ModelProto) -> None:
+    """A model-local function in our domain must be one gelu-onnx writes,
+    exactly: with our library registered, ONNX Runtime runs our kernel for
+    every ai.gelu_onnx node, never the model's body, and `fuse` would count
+    the node as already fused. *Decision*: "ours" is byte equality with
+    targets.make_function(op, the function's opset, a dtype it types
+    constants for, or None), the body the custom target writes; anything
+    else in the domain is one line, exit 2 (docs/safety.md)."""
+    from ..errors import InputError
+    from .targets import make_function
+
+    for f in model.functions:
+        if f.domain != C.DOMAIN:
+            continue
+        name = f"{C.DOMAIN}.{f.name}"
+        if f.name not in C.FORM_OF_OP_TYPE:
+            raise InputError(f"the model defines a function {name}, in gelu-onnx's domain but not one of its ops; "
+                             "refusing it: rename its domain")
+        imports = [i.version for i in f.opset_import if i.domain in _DEFAULT]
+        got = f.SerializeToString()
+        if len(imports) != 1 or not any(make_function(f.name, imports[0], et).SerializeToString() == got
+                                        for et in (None, *C.FLOAT_DTYPES)):
+            raise InputError(f"the model defines its own function {name}, whose body is not the one gelu-onnx "
+                             "writes: ONNX Runtime with the gelu-onnx library would run our kernel instead of it; "
+                             "refusing it: rename its domain")
+
+
 _MAX_ROUNDS = 4  # functions inlined into functions inlined into ...
 
 

@@ -35,6 +35,47 @@ def _attr(node: NodeProto, name: str):
     return ...  # absent
 
 
+# The contrib ops' schemas (onnxruntime/core/graph/contrib_ops/bert_defs.cc):
+# (fewest, most inputs) and the attributes they have, with their types. ONNX
+# Runtime refuses a node outside them as an invalid model (a Gelu with 2
+# inputs, a FastGelu with 3, an attribute the op does not have), so such a
+# node is never rewritten into a valid op: it is left as written, a
+# near-miss. Checked against ONNX Runtime's verdict by tests/test_native.py.
+MS_SCHEMAS = {
+    "Gelu": ((1, 1), {}),
+    "BiasGelu": ((2, 2), {}),
+    "FastGelu": ((1, 2), {}),
+    "QuickGelu": ((1, 1), {"alpha": AttributeProto.FLOAT}),
+}
+# ours (gelu_onnx.contract): X [, bias], alpha (sigmoid forms), plugin_namespace
+_OUR_ATTRS = {C.ATTR_ALPHA: AttributeProto.FLOAT, C.ATTR_PLUGIN_NAMESPACE: AttributeProto.STRING}
+
+
+def schema_fault(node: NodeProto) -> str | None:
+    """Why ONNX Runtime would refuse this single-op GELU node (its schema:
+    input and output counts, attributes), or None."""
+    if node.domain == C.MS_DOMAIN:
+        (lo, hi), attrs = MS_SCHEMAS[node.op_type]
+    elif node.domain == C.DOMAIN:
+        lo = hi = 2 if C.FORM_OF_OP_TYPE[node.op_type][1] else 1
+        attrs = _OUR_ATTRS
+    else:
+        return None  # ONNX Gelu: onnx.checker holds it to its schema
+    n = len(node.input)
+    while n and not node.input[n - 1]:
+        n -= 1  # trailing optional inputs left out
+    if not lo <= n <= hi or len(node.output) != 1:
+        takes = f"{lo}" if lo == hi else f"{lo} or {hi}"
+        return (f"{node.domain}.{node.op_type} with {n} input(s) and {len(node.output)} output(s) (it takes {takes} "
+                "and 1: ONNX Runtime refuses it as an invalid model; left as written)")
+    for a in node.attribute:
+        if a.name not in attrs or a.type != attrs[a.name]:
+            return (f"{node.domain}.{node.op_type} has an attribute {a.name!r} of type "
+                    f"{AttributeProto.AttributeType.Name(a.type)} its schema does not have (ONNX Runtime refuses "
+                    "it as an invalid model; left as written)")
+    return None
+
+
 def describe(node: NodeProto):
     """(form, takes_bias_input, alpha) for a single-op GELU, or a reason
     string when the node is one of them but cannot be read, or None when it
@@ -93,6 +134,10 @@ def find_native(idx: GraphIndex):
         name = node.name or f"{node.op_type}#{i}"
         if isinstance(d, str):
             misses.append(NearMiss(idx.path, name, Code.NATIVE_ATTRIBUTE, d))
+            continue
+        fault = schema_fault(node)
+        if fault is not None:
+            misses.append(NearMiss(idx.path, name, Code.NATIVE_ARITY, fault, d[0]))
             continue
         form, has_bias, alpha = d
         ins = [x for x in node.input]

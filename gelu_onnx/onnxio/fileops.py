@@ -31,6 +31,17 @@ def path_arg(path, what: str = "path") -> str:
     return p
 
 
+def utf8_path(path) -> bool:
+    """Whether a path can be handed to onnx's and ONNX Runtime's C++ as a
+    str (they take UTF-8 only; a path with other bytes is read by Python,
+    its model passed in memory)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        return False
+    return True
+
+
 def umask() -> int:
     try:
         with open("/proc/self/status") as f:
@@ -231,6 +242,67 @@ def same_bytes(a: str, b: str) -> bool:
             os.close(fa)
     except OSError:
         return False
+
+
+# folders this process holds locked: real path -> [fd or None, depth]
+_locked: dict[str, list] = {}
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str):
+    """Hold an exclusive lock on ``folder`` itself (flock on the directory:
+    no lock file is written) while a write decides which data files it may
+    claim, renames and checks, so concurrent writers into one folder go one
+    after the other. Re-entrant within a process. Where the filesystem has
+    no flock on a folder (some network filesystems, an unreadable folder) the
+    write goes on unlocked: claim() still never replaces another writer's
+    data file."""
+    real = os.path.realpath(folder)
+    held = _locked.get(real)
+    if held is not None:
+        held[1] += 1
+        try:
+            yield
+        finally:
+            held[1] -= 1
+        return
+    fd = None
+    try:
+        import fcntl
+
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except (OSError, ImportError):
+        if fd is not None:
+            os.close(fd)
+            fd = None
+    _locked[real] = [fd, 1]
+    try:
+        yield
+    finally:
+        del _locked[real]
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def claim(tmp: str, final: str) -> bool:
+    """Rename ``tmp`` to a ``final`` that did not exist, atomically: False
+    (``tmp`` left as it is) when another writer created ``final`` meanwhile.
+    A hard link fails on an existing name where a rename would replace it;
+    filesystems without hard links fall back to a rename (the folder lock
+    then keeps writers apart)."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno not in {getattr(errno, n) for n in ("EPERM", "EOPNOTSUPP", "ENOTSUP", "EXDEV", "EMLINK")
+                           if hasattr(errno, n)}:
+            raise
+        os.replace(tmp, final)
+        return True
+    os.unlink(tmp)
+    return True
 
 
 def cleanup(pending: list[tuple[str, str]], made_dirs: list[str]):

@@ -15,8 +15,8 @@ from onnx import TensorProto
 from ..errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
 from .tensors import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, external_info,
                       is_external, tensor_nbytes)
-from .fileops import (backup, path_arg, cleanup, copy_into, makedirs, new_mode, reflink, same_bytes, same_file,
-                      source_mode, tmp_in)
+from .fileops import (backup, claim, cleanup, copy_into, folder_lock, makedirs, new_mode, path_arg, reflink,
+                      same_bytes, same_file, source_mode, tmp_in)
 from ..interrupts import critical, fault, unwinding
 from .irversion import ModelFacts, model_facts
 from .load import LoadedModel
@@ -182,9 +182,22 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
     """
     if max_proto_bytes is None:
         max_proto_bytes = int(os.environ.get("GELU_ONNX_TEST_MAX_PROTO_BYTES", MAX_PROTO_BYTES))
-    with unwinding():
+    with unwinding(), folder_lock(os.path.dirname(os.path.abspath(path_arg(out_path, "output path")))):
         return _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
                      keep_backups, facts or model_facts(model), payload)
+
+
+def _claim(tmp: str, final: str, where: str, saved: SavedModel) -> None:
+    """A new data file takes its name only if no other writer took it since
+    it was looked at (claim: never a rename over it); one that did, with
+    the same bytes, is used as it is (the temp copy goes)."""
+    if claim(tmp, final):
+        saved.created.append(final)
+    elif same_bytes(final, tmp):
+        os.unlink(tmp)
+    else:
+        raise InputError(f"{where}: {final} was written by another process meanwhile and is not this "
+                         "model's data; refusing to replace it: write the output into another folder")
 
 
 def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
@@ -314,6 +327,9 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
                 if os.path.lexists(final):
                     bak = backup(final)
                     saved.backups.append((bak, final))
+                elif final != out:
+                    _claim(tmp, final, where, saved)
+                    continue
                 else:
                     saved.created.append(final)
                 os.replace(tmp, final)

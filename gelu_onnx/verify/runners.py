@@ -16,6 +16,8 @@ from onnx import TensorProto
 from .. import contract
 from ..errors import InputError, UnsupportedError
 from .inputs import is_bf16
+from ..onnxio.fileops import utf8_path
+from ..ortlib import folder_arg, quiet
 
 from ..contract import OPT_LEVELS, PROVIDERS  # noqa: E402 (re-exported: verify.PROVIDERS, verify.OPT_LEVELS)
 # ONNX Runtime can load models larger than this only from a file.
@@ -51,9 +53,9 @@ def make_session_options(use_library: bool, opt_level: str = "all", threads: int
     if opt_level not in levels:
         raise InputError(f"unknown optimization level '{opt_level}' (choose from {', '.join(OPT_LEVELS)})")
     so.graph_optimization_level = levels[opt_level]
-    # ONNX Runtime's own warnings (unused initializers, ...) are not ours to
-    # print: errors only, unless GELU_ONNX_ORT_LOG asks (0 verbose .. 4 fatal)
-    so.log_severity_level = int(os.environ.get("GELU_ONNX_ORT_LOG", "3"))
+    # ONNX Runtime's own lines (warnings, run-time errors) are not ours to
+    # print, unless GELU_ONNX_ORT_LOG asks (0 verbose .. 4 fatal)
+    quiet(so)
     if threads is not None:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
@@ -105,12 +107,13 @@ class ModelSource:
         return self.loaded.model
 
     def ort_arg(self, so):
-        if self.loaded.path is not None:
+        if self.loaded.path is not None and utf8_path(self.loaded.path):  # else in memory
             return self.loaded.path
         if self.proto.ByteSize() >= _PROTO_LIMIT:
             return str(self.file())
         if self.loaded.base_dir is not None:
-            so.add_session_config_entry("session.model_external_initializers_file_folder_path", self.loaded.base_dir)
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                        folder_arg(self.loaded.base_dir))
         return self.proto.SerializeToString()
 
     def file(self) -> Path:
