@@ -4,7 +4,7 @@ fails wrong fusions (and that --localize names the GELU it was planted in).
     from parity_faults import KINDS, gelu_nodes, plant
     bad = plant(fused, "drop_bias")          # the middle GELU (index len // 2)
     bad = plant(fused, "erf_as_tanh", index=3)
-    bad.model, bad.node, bad.op              # the faulty copy, the changed node's name, its op before
+    bad.model, bad.node, bad.tensor          # the faulty copy, the changed node's name and output
 
 ModelProto in, ModelProto out: the input is never modified and no file is
 touched. The faults are the ones a wrong fuser would write (issue 23):
@@ -50,6 +50,7 @@ class Planted:
     index: int  # which GELU, in graph order
     node: str  # the changed node's name (what --localize should name)
     op: str  # the node's op before the fault, "domain::OpType"
+    tensor: str  # its output: the GELU tensor --localize compares
 
 
 def gelu_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
@@ -76,7 +77,7 @@ def plant(model: onnx.ModelProto, kind: str, index: int | None = None) -> Plante
     if not node.name:  # --localize reports nodes by name
         node.name = f"gelu_{index}"
     _FAULTS[kind](m, node, gelus[:index])
-    return Planted(m, kind, index, node.name, op)
+    return Planted(m, kind, index, node.name, op, node.output[0])
 
 
 # --- the faults --------------------------------------------------------------
