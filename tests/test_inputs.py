@@ -208,3 +208,23 @@ def test_xlnet_export_runs_on_generated_ids(tmp_path, exporter):
         ref = model(input_ids=torch.from_numpy(feeds["input_ids"]), use_mems=False, return_dict=False)[0].numpy()
     got = next(iter(out.values()))
     np.testing.assert_allclose(got, ref, atol=1e-4)
+
+
+def test_ids_into_ort_embed_layer_normalization():
+    """ONNX Runtime's fused embedding (what its transformers optimizer
+    writes): word ids index input 2, segment ids input 4."""
+    hid = 4
+    tabs = {"word": (ROWS, hid), "pos": (40, hid), "seg": (2, hid)}
+    inits = [nh.from_array(np.random.default_rng(1).standard_normal(s).astype(np.float32), n) for n, s in tabs.items()]
+    inits += [nh.from_array(np.ones(hid, np.float32), "gamma"), nh.from_array(np.zeros(hid, np.float32), "beta")]
+    nodes = [h.make_node("Transpose", ["ids"], ["t"], perm=[1, 0]), h.make_node("Cast", ["t"], ["i32"], to=T.INT32),
+             h.make_node("Cast", ["segment_ids"], ["s32"], to=T.INT32),
+             h.make_node("EmbedLayerNormalization", ["i32", "s32", "word", "pos", "seg", "gamma", "beta"],
+                         ["y", "mask_index"], domain="com.microsoft", epsilon=1e-5)]
+    m = _model(nodes, inits, extra_inputs=[h.make_tensor_value_info("segment_ids", T.INT64, ["s", "b"])])
+    m.opset_import.append(h.make_opsetid("com.microsoft", 1))
+    m.graph.initializer.remove(next(t for t in m.graph.initializer if t.name == "table"))
+    for seed in range(3):
+        f = verify.make_inputs(m, seed=seed, dim_default=DIM)
+        assert f["ids"].max() < ROWS and f["segment_ids"].max() < 2 and len(np.unique(f["segment_ids"])) == 2
+        verify.run(verify.load(m), f, use_library=False)
