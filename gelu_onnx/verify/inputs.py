@@ -40,6 +40,7 @@ _INDEXERS = {
     ("com.microsoft", "EmbedLayerNormalization"): [(0, 2), (1, 4)],
 }
 
+
 def dtype_name(elem_type: int) -> str:
     return contract.FLOAT_DTYPES.get(elem_type) or helper.tensor_dtype_to_string(elem_type).replace(
         "TensorProto.", ""
@@ -165,7 +166,7 @@ def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
                 f = funcs.get((n.domain, n.op_type))
                 if f is not None and depth < 8:
                     binding = {formal: actual for formal, actual in zip(f.input, n.input)}
-                    inner = _Scope([*f.node, *(n for x in _graphs(f.node) for n in x.node)],
+                    inner = _Scope([*f.node, *(k for x in _graphs(f.node) for k in x.node)],
                                    outer=lambda name, s=scope, b=binding: s.table_dims(b[name]) if name in b else None)
                     for formal, actual in binding.items():
                         if actual == t:
