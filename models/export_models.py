@@ -366,7 +366,8 @@ def main(argv=None) -> int:
                      "onnx": onnx.__version__, "onnxscript": __import__("onnxscript").__version__},
         "seed": SEED,
         "params": f"models/params.py randomize_params(seed {SEED}): every bias N(0, {BIAS_STD}^2), every norm "
-                  f"weight 1 + N(0, {NORM_WEIGHT_STD}^2); matrices and embeddings as transformers initialises them",
+                  f"weight and layer scale 1 + N(0, {NORM_WEIGHT_STD}^2); matrices and embeddings as "
+                  "transformers initialises them",
         "test_input_seed": SEED,
         "models": sorted(models, key=key),
         "skipped": sorted(skipped, key=key),

@@ -12,8 +12,10 @@ seeded random value, the way a trained model has them:
 
 Biases (any parameter named ``bias``): N(0, 0.1^2). Normalisation layers
 (LayerNorm, RMSNorm, GroupNorm, BatchNorm and the architectures' own *Norm
-modules): weight 1 + N(0, 0.1^2), bias N(0, 0.1^2). Matrices and embeddings
-keep their initialisation. The model's global torch RNG state is untouched.
+modules): weight 1 + N(0, 0.1^2), bias N(0, 0.1^2). Layer scales
+(ConvNeXt's ``layer_scale_parameter``, initialised to 1e-6, which mutes the
+whole MLP branch, GELU included): 1 + N(0, 0.1^2) too. Matrices and
+embeddings keep their initialisation. The model's global torch RNG state is untouched.
 """
 from __future__ import annotations
 
@@ -52,5 +54,7 @@ def randomize_params(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
         for name, p in m.named_parameters(recurse=False):
             if name == "bias" or name.endswith("_bias"):
                 draw(p, 0.0, BIAS_STD)
+            elif "layer_scale" in name:
+                draw(p, 1.0, NORM_WEIGHT_STD)
     return module
 
