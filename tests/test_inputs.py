@@ -194,7 +194,8 @@ def test_xlnet_export_runs_on_generated_ids(tmp_path, exporter):
     ids = torch.randint(0, 64, (2, 8))
     with torch.no_grad():
         if exporter == "torchscript":
-            torch.onnx.export(Ids().eval(), (ids,), str(path), dynamo=False, opset_version=17, input_names=["input_ids"],
+            torch.onnx.export(Ids().eval(), (ids,), str(path), dynamo=False, opset_version=17,
+                              input_names=["input_ids"],
                               dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}})
         else:
             torch.onnx.export(Ids().eval(), (ids,), str(path), dynamo=True, opset_version=18, input_names=["input_ids"])

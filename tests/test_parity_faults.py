@@ -25,7 +25,8 @@ def _gelu(form: str, x: str, y: str, p: str, inits: list, dt) -> list:
                 h.make_node("Mul", [p + "m", c("half", 0.5)], [y])]
     if form == "tanh":
         return [h.make_node("Pow", [x, c("three", 3.0)], [p + "p"]),
-                h.make_node("Mul", [p + "p", c("kc", 0.044715)], [p + "k"]), h.make_node("Add", [x, p + "k"], [p + "s"]),
+                h.make_node("Mul", [p + "p", c("kc", 0.044715)], [p + "k"]),
+                h.make_node("Add", [x, p + "k"], [p + "s"]),
                 h.make_node("Mul", [p + "s", c("c", np.sqrt(2 / np.pi))], [p + "c"]),
                 h.make_node("Tanh", [p + "c"], [p + "t"]), h.make_node("Add", [p + "t", c("one", 1.0)], [p + "a"]),
                 h.make_node("Mul", [x, p + "a"], [p + "m"]), h.make_node("Mul", [p + "m", c("half", 0.5)], [y])]
