@@ -95,7 +95,7 @@ def export(name: str, dtype: str, exporter: str, path: Path) -> None:
             dims = {}
             shapes = tuple({k: dims.setdefault(v, torch.export.Dim(v)) for k, v in axes[n].items()} for n in names)
             prog = torch.onnx.export(wrapper, tuple(args.values()), dynamo=True, opset_version=OPSET[exporter],
-                                     input_names=names, output_names=["last_hidden_state"], dynamic_shapes=shapes,
+                                     input_names=names, output_names=["last_hidden_state"], dynamic_shapes=(shapes,),
                                      optimize=True)
             prog.save(str(path))
 
