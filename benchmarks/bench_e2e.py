@@ -8,7 +8,8 @@ The `ort` target (ORT's contrib ops written into the file) is timed too.
 
     python benchmarks/bench_e2e.py [--out benchmarks/results/e2e_bert_base] [--repeats 30]
 
-Weights are random (transformers BertConfig() defaults, seeded): speed does
+Weights are random (transformers BertConfig() defaults, seeded; biases and norms
+made non-zero by models/params.py, as for every parity export): speed does
 not depend on their values. The export goes to a temp folder (~440 MB).
 """
 from __future__ import annotations
@@ -36,6 +37,9 @@ def export_bert_base(path: Path, seq: int) -> None:
     import torch
     from transformers import BertConfig, BertModel
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from models.params import randomize_params
+
     class Wrapper(torch.nn.Module):  # keyword call: transformers' positional order changes
         def __init__(self):
             super().__init__()
@@ -46,7 +50,7 @@ def export_bert_base(path: Path, seq: int) -> None:
             return out.last_hidden_state, out.pooler_output
 
     torch.manual_seed(0)
-    model = Wrapper().eval()
+    model = randomize_params(Wrapper().eval(), 0)  # non-zero biases / norms, as a trained model has
     ids = torch.randint(0, 30522, (1, seq))
     mask = torch.ones(1, seq, dtype=torch.long)
     tt = torch.zeros(1, seq, dtype=torch.long)

@@ -45,6 +45,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from models.archs import Arch, archs  # noqa: E402 - run as a script from the repository root
 from models.gelu_count import count_torch_gelus, graph_op_counts  # noqa: E402
+from models.params import BIAS_STD, NORM_WEIGHT_STD, randomize_params  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.json"
@@ -181,6 +182,7 @@ def export_arch(arch: Arch, out_dir: Path, opsets=OPSETS, exporters=EXPORTERS):
         torch.manual_seed(SEED)
         with _quiet():
             model = arch.build().eval()
+        randomize_params(model, SEED)  # HF's zero biases / (1, 0) norms would hide a lost bias
         return model, _Positional(model, names).eval()
 
     model, wrapper = fresh()
@@ -363,6 +365,9 @@ def main(argv=None) -> int:
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "onnx": onnx.__version__, "onnxscript": __import__("onnxscript").__version__},
         "seed": SEED,
+        "params": f"models/params.py randomize_params(seed {SEED}): every bias N(0, {BIAS_STD}^2), every norm "
+                  f"weight and layer scale 1 + N(0, {NORM_WEIGHT_STD}^2); matrices and embeddings as "
+                  "transformers initialises them",
         "test_input_seed": SEED,
         "models": sorted(models, key=key),
         "skipped": sorted(skipped, key=key),

@@ -78,6 +78,10 @@ def _export_bert(act: str, modules: str, opset: int) -> onnx.ModelProto:
                      intermediate_size=32, hidden_act=act, max_position_embeddings=32)
     torch.manual_seed(0)
     bert = BertModel(cfg, add_pooling_layer=False).eval()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from models.params import randomize_params
+
+    randomize_params(bert, 0)  # non-zero biases / norms: a lost bias must show
 
     class Body(torch.nn.Module):
         def __init__(self, m):

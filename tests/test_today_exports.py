@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from models import archs as A  # noqa: E402
 from models.export_models import make_inputs  # noqa: E402
 from models.gelu_count import count_torch_gelus  # noqa: E402
+from models.params import randomize_params  # noqa: E402
 
 import gelu_onnx  # noqa: E402
 from gelu_onnx import contract as C, ortlib  # noqa: E402
@@ -56,7 +57,7 @@ def _export(name: str, opset: int, dt: str, tmp: Path):
     if key not in _CACHE:
         arch = next(a for a in A.archs() if a.name == name)
         torch.manual_seed(0)
-        model = arch.build().eval()
+        model = randomize_params(arch.build().eval(), 0)  # non-zero biases / norms: a lost bias must show
         feeds = make_inputs(arch.inputs)
         if dt == "fp16":
             model = model.half()

@@ -9,7 +9,7 @@ from typing import Mapping
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import AttributeProto, TensorProto, helper
 
 from .. import contract
 from ..errors import InputError, UnsupportedError
@@ -20,8 +20,25 @@ INT_HIGH_DEFAULT = 100
 # mask can blank a whole row (softmax of all -inf = NaN), which compares NaN
 # to NaN and proves nothing.
 _MASK_NAME = re.compile(r"mask", re.IGNORECASE)
-# Ops that carry integer ids through unchanged on the way to a Gather.
-_ID_PASSTHROUGH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"}
+# How integer ids reach an embedding: ops whose output holds (some of) the
+# values of the given inputs unchanged, only moved, selected or re-typed
+# (None: every input). The ids' range must be the range of the table they end
+# in (issue 23: XLNet's TorchScript export transposes input_ids before its
+# embedding Gather, and ids drawn in [0, 100) overran a 64-row table).
+_VALUE_INPUTS = {
+    **dict.fromkeys(("Cast", "CastLike", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand",
+                     "Transpose", "Slice", "Tile", "Split", "Gather", "GatherElements", "GatherND", "Compress",
+                     "DepthToSpace", "SpaceToDepth", "ReverseSequence"), (0,)),
+    "Concat": None,
+    "Where": (1, 2),
+}
+# Ops that index a table: op -> [(index input, table input)]; the table's
+# first dimension bounds the index (Gather: its axis attribute's).
+_INDEXERS = {
+    ("", "Gather"): [(1, 0)],
+    # ONNX Runtime's fused embedding: word ids index input 2, segment ids input 4
+    ("com.microsoft", "EmbedLayerNormalization"): [(0, 2), (1, 4)],
+}
 
 
 def dtype_name(elem_type: int) -> str:
@@ -75,34 +92,93 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
     return specs
 
 
-def _id_high(model: onnx.ModelProto, name: str) -> int | None:
-    """Size of the table a Gather indexes with this input (through casts/reshapes)."""
+def _graphs(nodes):
+    """The If/Loop/Scan bodies under these nodes, recursively (they read
+    outer tensors by name)."""
+    for n in nodes:
+        for a in n.attribute:
+            for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                yield g
+                yield from _graphs(g.node)
+
+
+class _Scope:
+    """One graph (with its subgraphs) or function body: who reads each
+    tensor, who writes it, and the dims of its constant tensors. ``outer``
+    resolves a function's formal inputs to the caller's tensors."""
+
+    def __init__(self, nodes, inits=(), outer=None):
+        self.consumers: dict[str, list] = {}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.dims: dict[str, list] = {t.name: list(t.dims) for t in inits}
+        self.outer = outer or (lambda name: None)
+        for n in nodes:
+            for i in n.input:
+                self.consumers.setdefault(i, []).append(n)
+            for o in n.output:
+                self.producer[o] = n
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                for a in n.attribute:
+                    if a.name == "value":
+                        self.dims[n.output[0]] = list(a.t.dims)
+
+    def table_dims(self, name: str, depth: int = 0) -> list | None:
+        """Dims of a table: a constant, or a constant through Cast /
+        DequantizeLinear / Identity (fp16 and quantized embeddings)."""
+        if name in self.dims:
+            return self.dims[name]
+        n = self.producer.get(name)
+        if n is None:
+            return self.outer(name)
+        if n.op_type in ("Cast", "CastLike", "Identity", "DequantizeLinear") and n.input and depth < 8:
+            return self.table_dims(n.input[0], depth + 1)
+        return None
+
+
+def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
+    """For each integer input that indexes a table (an embedding Gather, ORT's
+    EmbedLayerNormalization) through ops that only move its values
+    (_VALUE_INPUTS), the smallest such table's size along the indexed axis.
+    Follows subgraphs and model-local functions."""
     g = model.graph
-    sizes = {t.name: list(t.dims) for t in g.initializer}
-    for n in g.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value" and a.t is not None:
-                    sizes[n.output[0]] = list(a.t.dims)
-    consumers: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-    highs, todo, seen = [], [name], set()
-    while todo:
-        t = todo.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        for n in consumers.get(t, []):
-            if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == t and n.input[0] in sizes:
-                axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
-                table = sizes[n.input[0]]
-                if -len(table) <= axis < len(table):
-                    highs.append(table[axis])
-            elif n.op_type in _ID_PASSTHROUGH and n.input and n.input[0] == t:
-                todo.extend(n.output)
-    return min(highs) if highs else None
+    funcs = {(f.domain, f.name): f for f in model.functions}
+    graphs = [g, *_graphs(g.node)]
+    main = _Scope([n for x in graphs for n in x.node], [t for x in graphs for t in x.initializer])
+
+    def highs_from(scope: _Scope, start: str, depth: int) -> list[int]:
+        highs, todo, seen = [], [start], set()
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            for n in scope.consumers.get(t, []):
+                dom = "" if n.domain == "ai.onnx" else n.domain
+                for idx, tab in _INDEXERS.get((dom, n.op_type), []):
+                    if len(n.input) > max(idx, tab) and n.input[idx] == t:
+                        dims = scope.table_dims(n.input[tab])
+                        axis = next((a.i for a in n.attribute if a.name == "axis"), 0) if n.op_type == "Gather" else 0
+                        if dims and -len(dims) <= axis < len(dims):
+                            highs.append(int(dims[axis]))
+                carried = _VALUE_INPUTS.get(n.op_type, ()) if dom == "" else ()
+                if carried is None or any(k < len(n.input) and n.input[k] == t for k in carried):
+                    todo.extend(o for o in n.output if o)
+                f = funcs.get((n.domain, n.op_type))
+                if f is not None and depth < 8:
+                    binding = {formal: actual for formal, actual in zip(f.input, n.input)}
+                    inner = _Scope([*f.node, *(k for x in _graphs(f.node) for k in x.node)],
+                                   outer=lambda name, s=scope, b=binding: s.table_dims(b[name]) if name in b else None)
+                    for formal, actual in binding.items():
+                        if actual == t:
+                            highs += highs_from(inner, formal, depth + 1)
+        return highs
+
+    out = {}
+    for name in names:
+        highs = highs_from(main, name, 0)
+        if highs:
+            out[name] = min(highs)
+    return out
 
 
 def _resolve_shape(spec: InputSpec, dims: Mapping[str, int], dim_default: int) -> tuple:
@@ -130,8 +206,11 @@ def make_inputs(
     (CLI ``--dim name=value``) or ``dim_default``; an anonymous dim takes
     ``dim_default``. Values: floats ~ N(0, 1) * ``scale``; integer inputs whose
     name contains "mask" are all ones (bool: True); other integer inputs are
-    uniform in [0, table size) when they index a Gather over an initializer
-    (token / position / type ids), else [0, 100); other bool inputs are fair
+    uniform in [0, table size) when they index a table (an embedding Gather
+    over a constant, ORT's EmbedLayerNormalization) through ops that only
+    move their values (Transpose, Reshape, Cast, Slice, Concat ..., in
+    subgraphs and model-local functions too; the smallest table when several),
+    else [0, 100); other bool inputs are fair
     coin flips. The same (model, seed, dims) always gives the same feeds.
     """
     overrides = dict(overrides or {})
@@ -147,6 +226,7 @@ def make_inputs(
         if not isinstance(v, (int, np.integer)) or v < 0:
             raise InputError(f"--dim {k}={v}: a dimension must be an integer >= 0")
     rng = np.random.default_rng(seed)
+    id_highs = _id_highs(model, [s.name for s in specs if s.elem_type not in contract.FLOAT_DTYPES])
     feeds = {}
     total = 0
     for s in specs:
@@ -171,7 +251,7 @@ def make_inputs(
             if _MASK_NAME.search(s.name):
                 a = np.ones(shape, dt)
             else:
-                high = _id_high(model, s.name) or INT_HIGH_DEFAULT
+                high = id_highs.get(s.name) or INT_HIGH_DEFAULT
                 high = max(1, min(high, int(np.iinfo(dt).max) + 1))
                 a = rng.integers(0, high, size=shape).astype(dt)
         else:
