@@ -11,13 +11,16 @@ intra-op spinning off (two live pools would otherwise spin against each other).
   python benchmarks/bench_kernels.py                      # 2 threads, both sizes
   python benchmarks/bench_kernels.py --json out.json --threads 2 --rounds 15
   python benchmarks/bench_kernels.py --per-core   # plus a 1-thread pass
+  python benchmarks/bench_kernels.py --vs-relu    # plus erf/tanh against ORT's Relu
+  python benchmarks/bench_kernels.py --only-relu  # just that (16 777 216 elements)
 
 Comparisons (the issue's acceptance pairs):
   GeluErf        vs com.microsoft.Gelu        (target >= 1.2x)
   GeluTanh       vs ONNX Gelu-20 tanh         (target >= 1.5x)
   BiasGeluErf    vs com.microsoft.BiasGelu    (target >= 1.3x)
 plus, for reference, the decomposed erf graph (Div/Erf/Add/Mul/Mul) and ONNX
-Gelu-20 (none).
+Gelu-20 (none). --vs-relu: GeluErf, BiasGeluErf (goal >= 0.9x), GeluTanh and
+BiasGeluTanh against ONNX Runtime's Relu, a memory-bound anchor.
 """
 from __future__ import annotations
 
@@ -73,6 +76,10 @@ def gelu20(approximate):
     return _model([helper.make_node("Gelu", ["X"], ["Y"], approximate=approximate)], [_x()], [("", 20)])
 
 
+def relu():
+    return _model([helper.make_node("Relu", ["X"], ["Y"])], [_x()], [("", 17)])
+
+
 def decomposed_erf():
     c = lambda n, v: helper.make_node("Constant", [], [n], value=helper.make_tensor(n, TensorProto.FLOAT, [], [v]))  # noqa: E731
     nodes = [c("s2", contract.SQRT2), c("one", 1.0), c("half", 0.5),
@@ -103,13 +110,14 @@ class Contender:
             self.b = rng.standard_normal(HIDDEN, dtype=np.float32)
             self.io.bind_cpu_input("B", self.b)
         self.io.bind_output("Y", "cpu", 0, np.float32, list(self.x.shape), self.y.ctypes.data)
-        self.times = []
+        self.times, self.cpu_times = [], []
 
     def run(self, reps):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         for _ in range(reps):
             self.sess.run_with_iobinding(self.io)
         self.times.append((time.perf_counter() - t) / reps)
+        self.cpu_times.append((time.process_time() - c) / reps)  # all threads of the process
 
     def stats(self):
         med, best = statistics.median(self.times), min(self.times)
@@ -124,6 +132,52 @@ PAIRS = [
     ("erf-vs-decomposed", "GeluErf", lambda: ours("erf"), "decomposed erf graph", decomposed_erf, False, None),
     ("erf-vs-gelu20", "GeluErf", lambda: ours("erf"), "Gelu-20 (none)", lambda: gelu20("none"), False, None),
 ]
+
+
+# --vs-relu: ours against ONNX Runtime's Relu (a memory-bound anchor: one
+# read, one write per element, no math), all contenders in each round.
+RELU_SET = [
+    ("GeluErf", lambda: ours("erf"), False),
+    ("BiasGeluErf", lambda: ours("erf", True), True),
+    ("GeluTanh", lambda: ours("tanh"), False),
+    ("BiasGeluTanh", lambda: ours("tanh", True), True),
+]
+
+
+def vs_relu(n, threads, rounds):
+    """Each round runs Relu and every kernel of RELU_SET once for ~reps
+    calls, in a rotating order; the ratio for a kernel is the median over
+    rounds of (Relu's time / its time) in that round, so slow drift and other
+    load hit both sides of each ratio alike."""
+    anchor = Contender("Relu", relu(), n, threads, False, False)
+    cs = [Contender(name, model(), n, threads, True, bias) for name, model, bias in RELU_SET]
+    reps = max(1, int(1e7 // n))  # short rounds: ~10M elements per contender
+    everyone = [anchor] + cs
+    for c in everyone:
+        c.run(reps)
+        c.times.clear()
+        c.cpu_times.clear()
+    for r in range(rounds):
+        k = r % len(everyone)
+        for c in everyone[k:] + everyone[:k]:
+            c.run(reps)
+    rows = []
+    for c in cs:
+        ratios = sorted(a / t for a, t in zip(anchor.times, c.times))
+        q = lambda f: ratios[min(len(ratios) - 1, int(f * len(ratios)))]  # noqa: E731
+        # CPU seconds (both threads) per call: what the kernel costs the cores,
+        # far steadier than wall time while other processes share them.
+        cpu_ratio = statistics.median(anchor.cpu_times) / statistics.median(c.cpu_times)
+        rows.append({"comparison": "vs-relu", "elements": n, "threads": threads, "ours": c.name,
+                     "theirs": "Relu", "ours_stats": c.stats(), "theirs_stats": anchor.stats(),
+                     "ratio": statistics.median(ratios), "ratio_q25": q(0.25), "ratio_q75": q(0.75),
+                     "cpu_time_ratio": cpu_ratio,
+                     "target": 0.9 if c.name.endswith("Erf") else None})
+        rows[-1]["meets_target"] = None if rows[-1]["target"] is None else rows[-1]["ratio"] >= 0.9
+        print(f"{threads}t {n:>9} {c.name:>12} {c.stats()['median_gelem_s']:6.2f} G/s | Relu "
+              f"{anchor.stats()['median_gelem_s']:6.2f} G/s | x{rows[-1]['ratio']:.2f} "
+              f"(quartiles {q(0.25):.2f}-{q(0.75):.2f}) | CPU time x{cpu_ratio:.2f}", flush=True)
+    return rows
 
 
 def machine():
@@ -151,14 +205,20 @@ def main(argv=None):
     ap.add_argument("--md", help="write a Markdown table here")
     ap.add_argument("--per-core", action="store_true",
                     help="also run everything with 1 thread (per-core efficiency; robust to a busy machine)")
+    ap.add_argument("--vs-relu", action="store_true",
+                    help="also: each erf/tanh kernel against ORT's Relu at 16 777 216 elements, "
+                         "--relu-rounds short rounds")
+    ap.add_argument("--relu-rounds", type=int, default=61)
+    ap.add_argument("--only-relu", action="store_true", help="--vs-relu without the GELU pairs")
     a = ap.parse_args(argv)
-    results = {"machine": machine(), "threads": a.threads, "rounds": a.rounds, "method":
+    a.vs_relu = a.vs_relu or a.only_relu
+    results = {"machine": machine(), "threads": a.threads, "rounds": a.rounds, "per_core": a.per_core, "method":
                "io_binding, preallocated output, alternating rounds, median of per-round means",
                "comparisons": []}
     print(json.dumps(results["machine"]))
     runs = [(threads, n) for threads in ([a.threads] + ([1] if a.per_core and a.threads != 1 else []))
             for n in a.sizes]
-    for threads, n in runs:
+    for threads, n in [] if a.only_relu else runs:
         reps = max(1, int(4e7 // n))  # ~40M elements per round per contender
         for key, our_name, our_model, their_name, their_model, bias, target in PAIRS:
             c_ours = Contender(our_name, our_model(), n, threads, True, bias)
@@ -178,6 +238,9 @@ def main(argv=None):
             print(f"{threads}t {n:>9} {our_name:>12} {so['median_gelem_s']:6.2f} G/s | {their_name:>24} "
                   f"{st['median_gelem_s']:6.2f} G/s | x{ratio:.2f}" + (f" (target {target}x)" if target else ""),
                   flush=True)
+    if a.vs_relu:
+        results["relu_rounds"], results["only_relu"] = a.relu_rounds, a.only_relu
+        results["comparisons"] += vs_relu(SIZES[-1], a.threads, a.relu_rounds)
     results["loadavg_at_end"] = list(os.getloadavg())
     if a.json:
         _write(a.json, json.dumps(results, indent=1) + "\n")
@@ -203,17 +266,38 @@ def markdown(results):
         f"{results['threads']} threads; {results['rounds']} alternating rounds; {results['method']}.",
         f"Load average (1, 5, 15 min) at start {m.get('loadavg_at_start')}, at end {results.get('loadavg_at_end')}: "
         "anything above ~0.5 means other processes shared the 2 cores and the 2-thread numbers are pessimistic.",
-        "Produced by `python benchmarks/bench_kernels.py --json benchmarks/results/cpu_kernels.json "
-        "--md benchmarks/results/cpu_kernels.md`.",
+        "Produced by `python benchmarks/bench_kernels.py" + (" --per-core" if results.get("per_core") else "")
+        + ((" --only-relu" if results.get("only_relu") else " --vs-relu") if results.get("relu_rounds") else "")
+        + " --json benchmarks/results/cpu_kernels.json --md benchmarks/results/cpu_kernels.md`.",
         "",
         "| threads | elements | ours | G elem/s | theirs | G elem/s | ratio | target |",
         "| ---: | ---: | --- | ---: | --- | ---: | ---: | --- |",
     ]
     for r in results["comparisons"]:
+        if r["comparison"] == "vs-relu":
+            continue
         t = "" if r["target"] is None or r["threads"] != results["threads"] else \
             f">= {r['target']}x " + ("met" if r["meets_target"] else "**missed**")
         lines.append(f"| {r['threads']} | {r['elements']:,} | {r['ours']} | {r['ours_stats']['median_gelem_s']:.2f} | {r['theirs']} | "
                      f"{r['theirs_stats']['median_gelem_s']:.2f} | {r['ratio']:.2f}x | {t} |")
+    relu = [r for r in results["comparisons"] if r["comparison"] == "vs-relu"]
+    if relu:
+        lines += [
+            "",
+            f"Against ONNX Runtime's `Relu` (one read and one write per element, no math), "
+            f"{relu[0]['elements']:,} elements, {relu[0]['threads']} threads, {results.get('relu_rounds')} "
+            "short rounds, every kernel and Relu in each round (rotating order). Throughput ratio: median "
+            "over rounds of Relu's time / ours in the same round (quartiles); CPU-time ratio: Relu's "
+            "median process CPU seconds per call / ours (both threads; steadier on a shared machine). "
+            "Goal for the erf kernels: >= 0.9.",
+            "",
+            "| kernel | G elem/s | Relu G elem/s | throughput ratio (quartiles) | CPU-time ratio |",
+            "| --- | ---: | ---: | --- | ---: |",
+        ]
+        for r in relu:
+            lines.append(f"| {r['ours']} | {r['ours_stats']['median_gelem_s']:.2f} | "
+                         f"{r['theirs_stats']['median_gelem_s']:.2f} | {r['ratio']:.2f} "
+                         f"({r['ratio_q25']:.2f}-{r['ratio_q75']:.2f}) | {r['cpu_time_ratio']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
