@@ -273,14 +273,9 @@ struct OpName {
   gelu_form_t form;
   bool bias;
 };
-const OpName kOps[] = {
-    {GELU_ONNX_OP_GELU_ERF, GELU_FORM_ERF, false},
-    {GELU_ONNX_OP_GELU_TANH, GELU_FORM_TANH, false},
-    {GELU_ONNX_OP_GELU_SIGMOID, GELU_FORM_SIGMOID, false},
-    {GELU_ONNX_OP_BIAS_GELU_ERF, GELU_FORM_ERF, true},
-    {GELU_ONNX_OP_BIAS_GELU_TANH, GELU_FORM_TANH, true},
-    {GELU_ONNX_OP_BIAS_GELU_SIGMOID, GELU_FORM_SIGMOID, true},
-};
+#define GELU_ORT_OP_ROW(name, form, bias) {name, form, bias},
+const OpName kOps[] = {GELU_ONNX_FOR_EACH_OP(GELU_ORT_OP_ROW)};
+#undef GELU_ORT_OP_ROW
 const struct {
   ONNXTensorElementDataType type;
   gelu_dtype_t dtype;

@@ -10,14 +10,9 @@
 namespace gelu_trt {
 
 const std::vector<OpInfo>& op_table() {
-  static const std::vector<OpInfo> table = {
-      {GELU_ONNX_OP_GELU_ERF, Form::kErf, false},
-      {GELU_ONNX_OP_GELU_TANH, Form::kTanh, false},
-      {GELU_ONNX_OP_GELU_SIGMOID, Form::kSigmoid, false},
-      {GELU_ONNX_OP_BIAS_GELU_ERF, Form::kErf, true},
-      {GELU_ONNX_OP_BIAS_GELU_TANH, Form::kTanh, true},
-      {GELU_ONNX_OP_BIAS_GELU_SIGMOID, Form::kSigmoid, true},
-  };
+#define GELU_TRT_OP_ROW(name, form, bias) {name, static_cast<Form>(form), bias},
+  static const std::vector<OpInfo> table = {GELU_ONNX_FOR_EACH_OP(GELU_TRT_OP_ROW)};
+#undef GELU_TRT_OP_ROW
   return table;
 }
 
