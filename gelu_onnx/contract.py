@@ -112,3 +112,12 @@ OPT_LEVELS = ("disable", "basic", "extended", "all")
 # the size given to a symbolic input dim: by check (small: parity) and by bench
 DIM_DEFAULT = 4
 BENCH_DIM_DEFAULT = 32
+
+# `check`'s default verdict (gelu_onnx.verify.verdict), per float output:
+# mean|fused-ref| <= mean_factor * mean|orig-ref| + mean_floor_eps * eps * rms(ref)
+# max |fused-ref| <= max_factor  * max |orig-ref| + max_floor_eps  * eps * max|ref|
+# ref: the original run in float64 (float32 where no float64 kernel), CPU,
+# no graph optimizations. Measured on 12-layer BERT/ViT (docs/verdict.md):
+# fused/original mean ratio 0.39-1.02, max ratio 0.36-1.27 for correct
+# fusions; a planted fault 35-10 000x.
+REFERENCE_VERDICT = {"mean_factor": 2.0, "mean_floor_eps": 2.0, "max_factor": 4.0, "max_floor_eps": 8.0}
