@@ -1,0 +1,48 @@
+"""check's default verdict on a 12-layer ViT (tests/deep_models.py: random
+non-zero weights, biases and LayerNorm parameters; a Conv patch embedding,
+which ONNX Runtime's CPU EP has no float64 kernel for): correct fusions pass
+for every target (dynamo fp32, TorchScript fp16); a fault planted in one
+middle GELU fails with the same defaults and --localize names it."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import deep_models as D  # noqa: E402
+
+from gelu_onnx import verify  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("deep_vit")
+
+
+@pytest.mark.parametrize("exporter,dtype", [("dynamo", "fp32"), ("torchscript", "fp16")])
+def test_correct_fusions_pass(folder, exporter, dtype):
+    for target in ("custom", "standard", "ort"):
+        orig, fused = D.fused("vit", exporter, dtype, target, folder)
+        rep = verify.check(orig, fused, iterations=2)
+        assert rep.ok, (target, [(r.name, r.message) for r in rep.outputs])
+        # Conv has no float64 kernel: it runs in float32 inside the float64 reference
+        assert rep.precise_reference == "the original in float64 (Conv, Erf in float32) (CPU, optimizations off)"
+        for r in rep.outputs:
+            assert r.verdict == "reference" and r.fused_mean_dev <= 1.5 * r.original_mean_dev, (target, r)
+
+
+FAULTS = [("dynamo", "fp32", "custom", "wrong_input"), ("dynamo", "fp32", "custom", "erf_as_tanh"),
+          ("dynamo", "fp32", "standard", "double_bias"), ("dynamo", "fp32", "ort", "drop_bias"),
+          ("torchscript", "fp16", "custom", "drop_bias"), ("torchscript", "fp16", "ort", "double_bias")]
+
+
+@pytest.mark.parametrize("exporter,dtype,target,kind", FAULTS, ids=["-".join(f) for f in FAULTS])
+def test_planted_fault_fails(folder, exporter, dtype, target, kind):
+    orig, fused = D.fused("vit", exporter, dtype, target, folder)
+    D.assert_caught(orig, fused, kind)
