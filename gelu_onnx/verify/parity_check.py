@@ -98,6 +98,14 @@ def provider_problem(provider: str) -> str | None:
     return f"unknown provider '{provider}' (choose from {', '.join(runners.PROVIDERS)})"
 
 
+def tf32_note(tf32: bool) -> str:
+    """What the report says about TF32 when a CUDA session ran."""
+    if tf32:
+        return ("TF32 on in the CUDA sessions (--tf32, ONNX Runtime's default); the reference runs on the CPU, "
+                "without TF32")
+    return "TF32 off in every CUDA session (use_tf32=0); --tf32 keeps ONNX Runtime's default"
+
+
 def _diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
     """|ref - got| where both are finite (empty for exact dtypes or a shape mismatch)."""
     ref, got = np.asarray(ref), np.asarray(got)
@@ -304,9 +312,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
             mo, go = localize.split(precise.run(feeds), sites, model_outputs)
             precise_its.append(mo)
             precise_gelus.append(go)
-    if any(p == "cuda" for p in providers + [reference_provider]):
-        notes.append("TF32 on in the CUDA sessions (--tf32): ONNX Runtime's default; the reference has none"
-                     if tf32 else "TF32 off in every CUDA session (use_tf32=0); --tf32 keeps ONNX Runtime's default")
+    if "cuda" in providers + [reference_provider]:
+        notes.append(tf32_note(tf32))
     judged = verdict.Rule(tolerances, output_tolerances) if precise is not None else None
 
     runs, saved = [], []
