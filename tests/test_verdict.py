@@ -87,6 +87,14 @@ def test_float32_copy_and_original_fallbacks(monkeypatch):
     assert ref.run(feeds)["y"].shape == (1, 1, 4, 4) and "does not run" in ref.notes[-1]
 
 
+def test_no_reference_at_all_means_fixed_bounds():
+    def refuse(m):
+        raise verify.runners.UnsupportedError("nothing runs here")
+
+    ref = reference.build(runners.load(_ffn16()), refuse, {"x": np.ones((2, 8), np.float16)})
+    assert ref.dtype == "none" and ref.runner is None and "fixed tolerances" in ref.notes[-1]
+
+
 def _refuse_double(m):
     if any(i.type.tensor_type.elem_type == T.DOUBLE for i in m.graph.input):
         raise verify.runners.UnsupportedError("no float64 here")

@@ -308,6 +308,9 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         precise = reference.build(o_model, lambda m: runners.runner(m, "cpu", use, "disable", label="reference"),
                                   feeds_its[0])
         notes += precise.notes
+    if precise is not None and precise.runner is None:
+        precise = None  # nothing ran: fixed bounds (a note says why)
+    elif precise is not None:
         for feeds in feeds_its:
             mo, go = localize.split(precise.run(feeds), sites, model_outputs)
             precise_its.append(mo)
