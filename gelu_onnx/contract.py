@@ -121,3 +121,7 @@ BENCH_DIM_DEFAULT = 32
 # fused/original mean ratio 0.39-1.02, max ratio 0.36-1.27 for correct
 # fusions; a fault planted in one GELU of 12: 90x (erf as tanh, fp32) and more.
 REFERENCE_VERDICT = {"mean_factor": 2.0, "mean_floor_eps": 2.0, "max_factor": 4.0, "max_floor_eps": 8.0}
+# The largest retyped copy of the original's weights the reference makes
+# (BERT-base fp32 -> float64: 0.8 GiB, check's peak RSS 7.2 GB; beyond this
+# the next, cheaper reference is used and a note says so).
+REFERENCE_MAX_BYTES = 4 * 2**30

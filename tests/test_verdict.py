@@ -31,12 +31,13 @@ def _cpu(m):
     return runners.runner(m, "cpu", False, "disable", label="reference")
 
 
-def _ffn16(seed=0) -> onnx.ModelProto:
-    """fp16 x @ W + b -> erf GELU spelled with a value_float Constant and a
-    Cast to float and back, as mixed-precision exports do."""
+def _ffn(dtype=T.FLOAT16, seed=0) -> onnx.ModelProto:
+    """x @ W + b -> erf GELU spelled with a value_float Constant (float32
+    math between Casts for fp16, as mixed-precision exports do)."""
     rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((8, 8)) * 0.5).astype(np.float16)
-    b = (rng.standard_normal(8) * 0.5).astype(np.float16)
+    npdt = np.float16 if dtype == T.FLOAT16 else np.float32
+    w = (rng.standard_normal((8, 8)) * 0.5).astype(npdt)
+    b = (rng.standard_normal(8) * 0.5).astype(npdt)
     nodes = [h.make_node("MatMul", ["x", "W"], ["m"]), h.make_node("Add", ["m", "b"], ["a"]),
              h.make_node("Cast", ["a"], ["af"], to=T.FLOAT),
              h.make_node("Constant", [], ["r2"], value_float=math.sqrt(2)),
@@ -44,37 +45,39 @@ def _ffn16(seed=0) -> onnx.ModelProto:
              h.make_node("Constant", [], ["one"], value=nh.from_array(np.array(1, np.float32))),
              h.make_node("Add", ["e", "one"], ["p"]), h.make_node("Mul", ["af", "p"], ["q"]),
              h.make_node("Constant", [], ["half"], value_floats=[0.5]),
-             h.make_node("Mul", ["q", "half"], ["yf"]), h.make_node("Cast", ["yf"], ["y"], to=T.FLOAT16)]
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT16, ["n", 8])],
-                     [h.make_tensor_value_info("y", T.FLOAT16, ["n", 8])],
+             h.make_node("Mul", ["q", "half"], ["yf"]), h.make_node("Cast", ["yf"], ["y"], to=dtype)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", dtype, ["n", 8])],
+                     [h.make_tensor_value_info("y", dtype, ["n", 8])],
                      [nh.from_array(w, "W"), nh.from_array(b, "b")])
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=9)
 
 
-def test_float64_reference_of_an_fp16_model_matches_numpy():
-    m = _ffn16()
-    lm = runners.load(m)
-    x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float16)
-    ref = reference.build(lm, _cpu, {"x": x})
-    # Erf has no float64 kernel in the CPU EP: it runs in float32 between Casts
-    assert ref.dtype == "float64" and ref.islands == ["Erf"], ref.label
-    assert ref.label == "the original in float64 (Erf in float32) (CPU, optimizations off)"
+@pytest.mark.parametrize("dtype,want_dtype,islands", [(T.FLOAT16, "float32", []), (T.FLOAT, "float64", ["Erf"])])
+def test_reference_matches_numpy(dtype, want_dtype, islands):
+    """fp16: a float32 copy; float32: a float64 copy whose Erf (no float64
+    kernel in the CPU EP) runs in float32 between Casts."""
+    m = _ffn(dtype)
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float16 if dtype == T.FLOAT16 else np.float32)
+    ref = reference.build(runners.load(m), _cpu, {"x": x})
+    assert ref.dtype == want_dtype and ref.islands == islands, ref.label
+    isl = " (Erf in float32)" if islands else ""
+    assert ref.label == f"the original in {want_dtype}{isl} (CPU, optimizations off)"
     y = ref.run({"x": x})["y"]
-    assert y.dtype == np.float64
+    assert y.dtype == np.dtype(want_dtype)
     w, b = (nh.to_array(t).astype(np.float64) for t in m.graph.initializer)
     want = _gelu64(x.astype(np.float64) @ w + b)
-    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)  # float32 erf: ~1e-7
-    y16 = runners.runner(m, "cpu", False, "all").run({"x": x})["y"].astype(np.float64)
-    assert np.abs(y16 - want).max() > 10 * np.abs(y - want).max()  # the fp16 original is much further
-    assert m == _ffn16()  # the input model is not modified
+    np.testing.assert_allclose(y, want, rtol=2e-6, atol=2e-6)  # float32 erf (and float32 math for fp16)
+    y0 = runners.runner(m, "cpu", False, "all").run({"x": x})["y"].astype(np.float64)
+    assert np.abs(y0 - want).max() > 2 * np.abs(y - want).max()  # the original is further
+    assert m == _ffn(dtype)  # the input model is not modified
 
 
 def test_float32_copy_and_original_fallbacks(monkeypatch):
-    m = _ffn16()
+    m = _ffn()
     x = np.ones((2, 8), np.float16)
-    ref = reference.build(runners.load(m), lambda mm: _refuse_double(mm), {"x": x})
-    assert ref.dtype == "float32" and ref.run({"x": x})["y"].dtype == np.float32
-    assert "float64 copy of the original does not run" in ref.notes[0]
+    ref = reference.build(runners.load(m), _refuse_float32, {"x": x})
+    assert ref.dtype == "float64" and ref.run({"x": x})["y"].dtype == np.float64
+    assert "float32 copy of the original does not run" in ref.notes[0]
     # a Resize: its scales must stay float32, so no float64 copy runs; an fp32 model has no float32 copy
     nodes = [h.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")]
     g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 1, 2, 2])],
@@ -87,17 +90,24 @@ def test_float32_copy_and_original_fallbacks(monkeypatch):
     assert ref.run(feeds)["y"].shape == (1, 1, 4, 4) and "does not run" in ref.notes[-1]
 
 
+def test_a_copy_too_large_is_not_made(monkeypatch):
+    monkeypatch.setattr(contract, "REFERENCE_MAX_BYTES", 8 * 8 * 4 - 1)  # W as float32 is 256 bytes
+    x = np.ones((2, 8), np.float16)
+    ref = reference.build(runners.load(_ffn()), _cpu, {"x": x})
+    assert ref.dtype == "original" and "would hold" in ref.notes[0] and "would hold" in ref.notes[1]
+
+
 def test_no_reference_at_all_means_fixed_bounds():
     def refuse(m):
         raise verify.runners.UnsupportedError("nothing runs here")
 
-    ref = reference.build(runners.load(_ffn16()), refuse, {"x": np.ones((2, 8), np.float16)})
+    ref = reference.build(runners.load(_ffn()), refuse, {"x": np.ones((2, 8), np.float16)})
     assert ref.dtype == "none" and ref.runner is None and "fixed tolerances" in ref.notes[-1]
 
 
-def _refuse_double(m):
-    if any(i.type.tensor_type.elem_type == T.DOUBLE for i in m.graph.input):
-        raise verify.runners.UnsupportedError("no float64 here")
+def _refuse_float32(m):
+    if any(i.type.tensor_type.elem_type == T.FLOAT for i in m.graph.input):
+        raise verify.runners.UnsupportedError("no float32 here")
     return _cpu(m)
 
 
@@ -171,7 +181,7 @@ def test_fixed_bound_where_asked_and_json(tmp_path):
     rep = verify.check(o, f, use_library=False)
     (row,) = rep.outputs
     assert rep.ok and row.verdict == "reference" and row.rtol is None and row.mean_bound > 0
-    assert rep.precise_reference.startswith("the original in float64")
+    assert rep.precise_reference == "the original in float32 (CPU, optimizations off)"
     fixed = verify.check(o, f, use_library=False, tolerances={"float16": {"rtol": 0.0, "atol": 0.0}})
     (row,) = fixed.outputs
     assert row.verdict == "fixed" and row.rtol == 0.0 and row.atol == 0.0
@@ -185,6 +195,13 @@ def test_fixed_bound_where_asked_and_json(tmp_path):
     for k in ("verdict", "fused_mean_dev", "fused_max_dev", "original_mean_dev", "original_max_dev", "mean_bound",
               "max_bound"):
         assert row[k] is not None, k
+    text = subprocess.run([sys.executable, "-m", "gelu_onnx", "check", o, f, "--no-library"],
+                          capture_output=True, text=True).stdout
+    assert "reference: the original in float32 (CPU, optimizations off)" in text
+    assert "judged by" in text and "fused-ref mean/max" in text and "original-ref mean/max" in text
+    fixed = subprocess.run([sys.executable, "-m", "gelu_onnx", "check", o, f, "--no-library", "--rtol", "1e-3",
+                            "--atol", "1e-3"], capture_output=True, text=True).stdout
+    assert "reference:" not in fixed and "rtol=0.001,atol=0.001" in fixed  # every dtype fixed: no reference run
 
 
 def test_original_failing_on_generated_inputs_is_exit_2(tmp_path):
