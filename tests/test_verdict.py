@@ -19,6 +19,7 @@ from scipy.special import erf
 
 from model_helpers import gelu_model, save
 
+import gelu_onnx
 from gelu_onnx import contract, verify
 from gelu_onnx.verify import parity_check, reference, runners, verdict
 
@@ -90,6 +91,27 @@ def test_float32_copy_and_original_fallbacks(monkeypatch):
     assert ref.run(feeds)["y"].shape == (1, 1, 4, 4) and "does not run" in ref.notes[-1]
 
 
+def test_external_data_stays_where_it_is(tmp_path):
+    """External data: the copy reads the tensors it does not retype (here an
+    int64 index table) from the original's folder (found on a dynamo
+    BERT-base, whose int64 tensors live in its .data file)."""
+    rng = np.random.default_rng(0)
+    m = _ffn(T.FLOAT)
+    m.graph.node[-1].output[0] = "y0"
+    m.graph.node.append(h.make_node("Gather", ["y0", "idx"], ["y"], axis=1))
+    m.graph.initializer.append(nh.from_array(rng.integers(0, 8, 600).astype(np.int64), "idx"))
+    m.graph.output[0].CopyFrom(h.make_tensor_value_info("y", T.FLOAT, ["n", 600]))
+    (tmp_path / "m").mkdir()
+    src = tmp_path / "m" / "m.onnx"
+    onnx.save(m, str(src), save_as_external_data=True, location="m.data", size_threshold=64)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
+    fused = tmp_path / "f.onnx"
+    gelu_onnx.fuse_file(str(src), str(fused), target="custom")
+    rep = verify.check(str(src), str(fused), use_library=False)
+    assert rep.ok and rep.precise_reference == "the original in float64 (Erf in float32) (CPU, optimizations off)", rep.notes
+    assert {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()} == before
+
+
 def test_a_copy_too_large_is_not_made(monkeypatch):
     monkeypatch.setattr(contract, "REFERENCE_MAX_BYTES", 8 * 8 * 4 - 1)  # W as float32 is 256 bytes
     x = np.ones((2, 8), np.float16)
@@ -106,7 +128,7 @@ def test_no_reference_at_all_means_fixed_bounds():
 
 
 def _refuse_float32(m):
-    if any(i.type.tensor_type.elem_type == T.FLOAT for i in m.graph.input):
+    if any(i.type.tensor_type.elem_type == T.FLOAT for i in getattr(m, "model", m).graph.input):
         raise verify.runners.UnsupportedError("no float32 here")
     return _cpu(m)
 

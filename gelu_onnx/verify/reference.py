@@ -166,6 +166,14 @@ def _float_types(model: onnx.ModelProto) -> set[int]:
     return types & set(_FLOATS)
 
 
+def _beside(m: onnx.ModelProto, loaded):
+    """The copy as a LoadedModel whose external data (the tensors it did not
+    retype) resolve in the original's folder."""
+    from .runners import load
+
+    return load(m, base_dir=loaded.base_dir)
+
+
 def _float_bytes(model: onnx.ModelProto, to: int) -> int:
     """Bytes of the main graph's float initializers once retyped to ``to``."""
     item = 8 if to == TensorProto.DOUBLE else 4
@@ -201,7 +209,7 @@ def _missing_kernels(loaded, make_runner, to: int) -> list[str]:
     sk = _skeleton(loaded.model)
     while len(islands) < _MAX_ISLANDS:
         try:
-            make_runner(retyped(sk, to, loaded.base_dir, tuple(islands)))
+            make_runner(_beside(retyped(sk, to, loaded.base_dir, tuple(islands)), loaded))
             break
         except Exception as e:  # noqa: BLE001 - the full copy's own try says what failed
             miss = _NO_KERNEL.search(e.message if isinstance(e, (InputError, UnsupportedError)) else str(e))
@@ -233,7 +241,7 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
         islands = _missing_kernels(loaded, make_runner, to) if to == TensorProto.DOUBLE else []
         try:
             m = retyped(loaded.model, to, loaded.base_dir, tuple(islands))
-            ref = Reference(make_runner(m), _NAMES[to], islands, notes,
+            ref = Reference(make_runner(_beside(m, loaded)), _NAMES[to], islands, notes,
                             np.dtype(np.float64 if to == TensorProto.DOUBLE else np.float32))
             ref.run(feeds)  # a kernel may be missing only at run time
             return ref
