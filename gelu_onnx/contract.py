@@ -112,3 +112,16 @@ OPT_LEVELS = ("disable", "basic", "extended", "all")
 # the size given to a symbolic input dim: by check (small: parity) and by bench
 DIM_DEFAULT = 4
 BENCH_DIM_DEFAULT = 32
+
+# `check`'s default verdict (gelu_onnx.verify.verdict), per float output:
+# mean|fused-ref| <= mean_factor * mean|orig-ref| + mean_floor_eps * eps * rms(ref)
+# max |fused-ref| <= max_factor  * max |orig-ref| + max_floor_eps  * eps * max|ref|
+# ref: the original run in float64 (float32 where no float64 kernel), CPU,
+# no graph optimizations. Measured on 12-layer BERT/ViT (docs/verdict.md):
+# fused/original mean ratio 0.39-1.02, max ratio 0.36-1.27 for correct
+# fusions; a fault planted in one GELU of 12: 90x (erf as tanh, fp32) and more.
+REFERENCE_VERDICT = {"mean_factor": 2.0, "mean_floor_eps": 2.0, "max_factor": 4.0, "max_floor_eps": 8.0}
+# The largest retyped copy of the original's weights the reference makes
+# (BERT-base fp32 -> float64: 0.8 GiB, check's peak RSS 7.2 GB; beyond this
+# the next, cheaper reference is used and a note says so).
+REFERENCE_MAX_BYTES = 4 * 2**30

@@ -1,11 +1,15 @@
 """The full parity check: iterations, several providers, golden files, localize.
 
-One reference per iteration (the original run on the reference provider, or
-the golden outputs of a Polygraphy RunResults file), compared with the fused
-model run on each provider. Per output: the max errors of ``cmp.compare``
-plus mean / median / p99 of |original - fused|, over all iterations; a
-tolerance per dtype, overridden per output name. With ``localize`` every
-GELU tensor of the original's main graph is compared too (gelu_onnx.verify.localize).
+Per iteration, the original runs on the reference provider (or golden
+outputs come from a Polygraphy RunResults file) and the fused model on each
+provider. Per output: the max errors of ``cmp.compare`` plus mean / median /
+p99 of |original - fused|, over all iterations. The verdict of a float
+output is reference-relative by default (gelu_onnx.verify.verdict: the
+original run more precisely, gelu_onnx.verify.reference, judges both); a
+fixed bound (Polygraphy's |a-b| <= atol + rtol*|a| against the original)
+where the caller gives a tolerance for its dtype or name, and for golden
+outputs. With ``localize`` every GELU tensor of the original's main graph is
+judged too (gelu_onnx.verify.localize).
 """
 from __future__ import annotations
 
@@ -18,8 +22,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import comparator as cmp
-from . import errstats, feedfiles, localize, pairing, runners
+from . import errstats, feedfiles, localize, pairing, reference, runners, verdict
 from .inputs import DIM_DEFAULT, describe_inputs, dtype_str, input_specs, make_inputs
+from .. import contract
 from ..errors import InputError, UnsupportedError
 
 
@@ -30,6 +35,14 @@ class OutputStats(cmp.OutputParity):
     mean_abs: float | None = None
     median_abs: float | None = None
     p99_abs: float | None = None
+    # "reference" (gelu_onnx.verify.verdict), "fixed" (atol/rtol) or "exact"
+    verdict: str = "fixed"
+    fused_mean_dev: float | None = None  # mean |fused - reference|
+    fused_max_dev: float | None = None
+    original_mean_dev: float | None = None  # mean |original - reference|
+    original_max_dev: float | None = None
+    mean_bound: float | None = None
+    max_bound: float | None = None
 
 
 @dataclass
@@ -57,6 +70,8 @@ class CheckReport:
     providers: list[str] = field(default_factory=list)
     runs: list[ProviderRun] = field(default_factory=list)
     reference: str = "original"  # or "golden:<file> (<runner>)"
+    precise_reference: str | None = None  # what the reference-relative verdict judged against
+    tf32: bool | None = None  # CUDA sessions with TF32 (None: no CUDA session)
     fusions: list[dict] = field(default_factory=list)  # localize, first provider
     first_failure: str | None = None
     problems: list[str] = field(default_factory=list)
@@ -82,6 +97,14 @@ def provider_problem(provider: str) -> str | None:
             return "--provider tensorrt needs TensorRT's Python package (tensorrt), which is not installed"
         return None
     return f"unknown provider '{provider}' (choose from {', '.join(runners.PROVIDERS)})"
+
+
+def tf32_note(tf32: bool) -> str:
+    """What the report says about TF32 when a CUDA session ran."""
+    if tf32:
+        return ("TF32 on in the CUDA sessions (--tf32, ONNX Runtime's default); the reference runs on the CPU, "
+                "without TF32")
+    return "TF32 off in every CUDA session (use_tf32=0); --tf32 keeps ONNX Runtime's default"
 
 
 def _diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
@@ -113,15 +136,16 @@ def compare(ref_out: Mapping, got_out: Mapping, tolerances=None, output_toleranc
 class _Model:
     """A fused or original model and its runners, one per provider (sessions reused)."""
 
-    def __init__(self, loaded, label: str, use_library: bool, opt_level: str):
-        self.loaded, self.label, self.use, self.opt = loaded, label, use_library, opt_level
+    def __init__(self, loaded, label: str, use_library: bool, opt_level: str, tf32: bool = False):
+        self.loaded, self.label, self.use, self.opt, self.tf32 = loaded, label, use_library, opt_level, tf32
         self._runners: dict[str, runners.OrtRunner | runners.TensorRTRunner] = {}
 
     def run(self, provider: str, feeds: Mapping[str, np.ndarray]) -> tuple[dict, float]:
         t0 = time.perf_counter()
         r = self._runners.get(provider)
         if r is None:
-            r = self._runners[provider] = runners.runner(self.loaded, provider, self.use, self.opt, label=self.label)
+            r = self._runners[provider] = runners.runner(self.loaded, provider, self.use, self.opt, label=self.label,
+                                                         tf32=self.tf32)
         out = r.run({k: v for k, v in feeds.items() if k in r.input_names})
         return out, time.perf_counter() - t0
 
@@ -179,7 +203,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
           tolerances=None, output_tolerances: Mapping[str, Mapping[str, float]] | None = None,
           providers: Sequence[str] = ("cpu",), provider: str | None = None, reference_provider: str | None = None,
           use_library: bool | None = None, opt_level: str = "all", save_inputs=None, save_outputs=None,
-          reference_outputs=None, localize_gelus: bool = False, allow_pickle: bool = False) -> CheckReport:
+          reference_outputs=None, localize_gelus: bool = False, allow_pickle: bool = False,
+          tf32: bool = False) -> CheckReport:
     """Run the reference and the fused model on the same inputs; compare every output.
 
     ``original``: path / ModelProto / LoadedModel, or None with
@@ -188,7 +213,10 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     fused model runs, each compared with the reference; the original runs on
     ``reference_provider`` (default: the first provider). ``localize_gelus``:
     also compare every GELU tensor of the original's main graph. ``provider``:
-    one provider, instead of ``providers``."""
+    one provider, instead of ``providers``. ``tolerances`` ({dtype: {rtol,
+    atol}}) / ``output_tolerances`` ({name: {rtol, atol}}): judge those
+    outputs by that fixed bound instead of the reference-relative verdict.
+    ``tf32``: let CUDA sessions multiply in TF32 (off by default)."""
     providers = list(dict.fromkeys([provider] if provider is not None else providers)) or ["cpu"]
     reference_provider = reference_provider or providers[0]
     if original is None and reference_outputs is None:
@@ -259,22 +287,47 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                          f"{', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''}")
             ref_its = [{k: v for k, v in it.items() if k in fo} for it in ref_its]
         model_outputs = list(ref_its[0])
-    ref_runner = _Model(o_model, "original", use, opt_level) if o_model is not None else None
+    ref_runner = _Model(o_model, "original", use, opt_level, tf32) if o_model is not None else None
     ref_gelus = []
     for i, feeds in enumerate(feeds_its):
         if ref_runner is not None and (reference_outputs is None or sites):
-            out, t = ref_runner.run(reference_provider, feeds)
+            try:
+                out, t = ref_runner.run(reference_provider, feeds)
+            except InputError as e:
+                if source != "random":
+                    raise
+                raise InputError(f"the original model fails on the generated inputs, before anything is compared "
+                                 f"({e.message}); pass inputs it accepts with --inputs FILE") from None
             mo, go = localize.split(out, sites, model_outputs)
             ref_gelus.append(go)
             if reference_outputs is None:
                 ref_its.append(mo)
                 ref_times.append(t)
+    # the precise run that judges both (not with golden outputs: no original run to judge)
+    precise, precise_its, precise_gelus = None, [], []
+    every_fixed = set(contract.PARITY_TOLERANCE) <= set(tolerances or {})  # --rtol/--atol for all dtypes
+    if reference_outputs is None and o_model is not None and not every_fixed:
+        precise = reference.build(o_model, lambda m: runners.runner(m, "cpu", use, "disable", label="reference"),
+                                  feeds_its[0])
+        notes += precise.notes
+    if precise is not None and precise.runner is None:
+        precise = None  # nothing ran: fixed bounds (a note says why)
+    elif precise is not None:
+        for feeds in feeds_its:
+            mo, go = localize.split(precise.run(feeds), sites, model_outputs)
+            precise_its.append(mo)
+            precise_gelus.append(go)
+    if "cuda" in providers + [reference_provider]:
+        notes.append(tf32_note(tf32))
+    judged = verdict.Rule(tolerances, output_tolerances) if precise is not None else None
 
     runs, saved = [], []
     fused_outputs = [o.name for o in lf.model.graph.output]
-    fm = _Model(f_model, "fused", use, opt_level)
+    fm = _Model(f_model, "fused", use, opt_level, tf32)
     for p in providers:
         per_out, per_gelu, outs, times = [], [], [], []
+        tallies: dict[str, verdict.Tally] = {}
+        gelu_tallies: dict[str, verdict.Tally] = {}  # a GELU tensor may be an output too
         for i, feeds in enumerate(feeds_its):
             out, t = fm.run(p, feeds)
             mo, go = localize.split(out, sites, fused_outputs)
@@ -283,12 +336,20 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
             per_out.append(compare(ref_its[i], mo, tolerances, output_tolerances))
             if sites:
                 per_gelu.append(compare(ref_gelus[i], go, tolerances, output_tolerances))
+            if judged is not None:
+                judged.tally(tallies, precise_its[i], ref_its[i], mo)
+                if sites:
+                    judged.tally(gelu_tallies, precise_gelus[i], ref_gelus[i], go)
         rows = [errstats.merge([it[j] for it in per_out]) for j in range(len(per_out[0]))]
+        if judged is not None:
+            rows = [judged.apply(r, tallies) for r in rows]
         fusions = []
         if sites:
             by_name = [{r.name: r for r in it} for it in per_gelu]
             for s in sites:
                 row = errstats.merge([b[s.tensor] for b in by_name]) if s.in_fused else None
+                if row is not None and judged is not None:
+                    row = judged.apply(row, gelu_tallies)
                 fusions.append(localize.fusion_record(s, row))
         first = next((f["tensor"] for f in fusions if not f["pass"]), None)
         ok = not problems and all(r.passed for r in rows) and first is None
@@ -310,6 +371,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         opt_level=opt_level, seed=seed, original=None if original is None else runners.model_label(original),
         fused=runners.model_label(fused), iterations=len(feeds_its), providers=providers, runs=runs,
         reference=f"golden:{reference_outputs} ({golden_runner})" if reference_outputs is not None else "original",
+        precise_reference=precise.label if precise is not None else None,
+        tf32=tf32 if "cuda" in providers + [reference_provider] else None,
         fusions=runs[0].fusions, first_failure=runs[0].first_failure,
         problems=problems, notes=notes, warnings=warnings)
 

@@ -63,7 +63,16 @@ def make_session_options(use_library: bool, opt_level: str = "all", threads: int
     return so
 
 
-def ort_providers(provider: str) -> list[str]:
+def cuda_provider_options(tf32: bool | None = None) -> dict[str, str]:
+    """The CUDA EP's options: ``tf32`` False turns TF32 off (what ``check``
+    does: the EP's default, use_tf32=1, rounds MatMul inputs to 10 mantissa
+    bits, 1.6e-3 on a 12-layer fp32 BERT-base); None keeps the EP's default."""
+    return {} if tf32 is None else {"use_tf32": "1" if tf32 else "0"}
+
+
+def ort_providers(provider: str, tf32: bool | None = None) -> list:
+    """ONNX Runtime's providers argument for ``provider`` (names, or (name,
+    options) for CUDA)."""
     import onnxruntime as ort
 
     if provider == "cpu":
@@ -74,7 +83,7 @@ def ort_providers(provider: str) -> list[str]:
             raise UnsupportedError(
                 f"--provider cuda needs onnxruntime-gpu (CUDAExecutionProvider); this onnxruntime {ort.__version__} has {', '.join(have)}"
             )
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [("CUDAExecutionProvider", cuda_provider_options(tf32)), "CPUExecutionProvider"]
     raise InputError(f"unknown provider '{provider}' (choose from {', '.join(PROVIDERS)})")
 
 
@@ -172,12 +181,13 @@ def _ortvalue_to_numpy(v) -> np.ndarray:
 class OrtRunner:
     """One ORT session; ``run(feeds)`` returns {output name: ndarray}."""
 
-    def __init__(self, model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model"):
+    def __init__(self, model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model",
+                 tf32=None):
         import onnxruntime as ort
 
         self.src = ModelSource(model, label)
         so = make_session_options(use_library, opt_level, threads)
-        providers = ort_providers(provider)
+        providers = ort_providers(provider, tf32)
         try:
             self.sess = ort.InferenceSession(self.src.ort_arg(so), sess_options=so, providers=providers)
         except Exception as e:
@@ -225,11 +235,12 @@ class TensorRTRunner:
         return dict(zip(self.output_names, (np.asarray(v) for v in out)))
 
 
-def runner(model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model"):
-    """The runner for ``provider`` ("cpu", "cuda": ONNX Runtime; "tensorrt")."""
+def runner(model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model", tf32=None):
+    """The runner for ``provider`` ("cpu", "cuda": ONNX Runtime; "tensorrt");
+    ``tf32``: the CUDA EP's use_tf32 (None: its default)."""
     if provider == "tensorrt":
         return TensorRTRunner(model, label)
-    return OrtRunner(model, provider, use_library, opt_level, threads, label=label)
+    return OrtRunner(model, provider, use_library, opt_level, threads, label=label, tf32=tf32)
 
 
 def run(model, feeds, provider="cpu", use_library=None, opt_level="all", label="model") -> dict[str, np.ndarray]:

@@ -1,0 +1,134 @@
+"""12-layer BERT-like and ViT-like models for the parity verdict's tests,
+exported at test time the way a user exports them (torch + transformers,
+TorchScript or dynamo exporter, fp32 or fp16), with a small hidden size so
+that CI can run them.
+
+Every parameter is random and non-zero: Hugging Face initialises biases to 0
+and LayerNorm to (1, 0), and a dropped or doubled bias in such a model
+changes nothing. Weights ~ N(0, 0.05), biases ~ N(0, 0.1), LayerNorm scale ~
+1 + N(0, 0.1), shift ~ N(0, 0.1). Exports are cached per process.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+LAYERS, HIDDEN, HEADS, FFN, VOCAB, SEQ = 12, 64, 4, 256, 96, 16
+_CACHE: dict = {}
+
+
+def _randomize(model, seed: int) -> None:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or "layernorm" in name or "layer_norm" in name:
+                base = 1.0 if name.endswith("weight") else 0.0
+                p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.05 * torch.randn(p.shape, generator=g))
+
+
+def build(arch: str, act: str = "gelu", seed: int = 0):
+    """(torch model, example inputs {name: ndarray}) for 'bert' or 'vit'."""
+    import transformers as T
+
+    common = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
+                  hidden_act=act, attn_implementation="eager")
+    rng = np.random.default_rng(seed)
+    if arch == "bert":
+        model = T.BertModel(T.BertConfig(vocab_size=VOCAB, max_position_embeddings=64, **common))
+        inputs = {"input_ids": rng.integers(0, VOCAB, size=(2, SEQ)).astype(np.int64)}
+    elif arch == "vit":
+        model = T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **common))
+        inputs = {"pixel_values": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}
+    else:
+        raise ValueError(arch)
+    _randomize(model, seed)
+    return model.eval(), inputs
+
+
+class _Positional:
+    """forward(*args) over a keyword model; tensors of the output tuple only."""
+
+    def __new__(cls, model, names):
+        import torch
+
+        class P(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, *args):
+                out = self.model(**dict(zip(names, args)), return_dict=False)
+                return tuple(t for t in out if isinstance(t, torch.Tensor))
+
+        return P().eval()
+
+
+def export(arch: str, exporter: str, dtype: str, folder: Path, act: str = "gelu") -> tuple[Path, dict]:
+    """(the .onnx path, inputs) of one export; ``exporter`` 'torchscript' or
+    'dynamo', ``dtype`` 'fp32' or 'fp16'."""
+    import torch
+
+    key = (arch, exporter, dtype, act)
+    if key in _CACHE and _CACHE[key][0].exists():
+        return _CACHE[key]
+    model, inputs = build(arch, act)
+    if dtype == "fp16":
+        model = model.half()
+        inputs = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in inputs.items()}
+    names = list(inputs)
+    path = Path(folder) / f"{arch}_{act}_{exporter}_{dtype}.onnx"
+    args = tuple(torch.from_numpy(inputs[n]) for n in names)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            torch.onnx.export(_Positional(model, names), args, str(path), dynamo=False, opset_version=17,
+                              input_names=names, dynamic_axes={n: {0: "batch"} for n in names})
+        else:
+            torch.onnx.export(_Positional(model, names), args, str(path), dynamo=True, opset_version=18,
+                              input_names=names, external_data=False)
+    onnx.checker.check_model(str(path))
+    _CACHE[key] = (path, inputs)
+    return _CACHE[key]
+
+
+_FUSED: dict = {}
+
+
+def fused(arch: str, exporter: str, dtype: str, target: str, folder: Path, act: str = "gelu") -> tuple[Path, Path]:
+    """(the export, the export fused for ``target`` by gelu_onnx.fuse_file)."""
+    import gelu_onnx
+
+    key = (arch, exporter, dtype, target, act)
+    if key not in _FUSED or not _FUSED[key][1].exists():
+        path, _ = export(arch, exporter, dtype, folder, act)
+        out = Path(folder) / f"{path.stem}.{target}.onnx"
+        gelu_onnx.fuse_file(str(path), str(out), target=target)
+        _FUSED[key] = (path, out)
+    return _FUSED[key]
+
+
+def assert_caught(orig: Path, fused_path: Path, kind: str, **check_kw):
+    """Plant ``kind`` in the middle GELU of the fused model (tests/parity_faults.py):
+    check must fail every float output with its defaults and --localize must
+    name that GELU first, every GELU before it passing. Returns the report."""
+    import parity_faults as PF
+
+    from gelu_onnx import verify
+
+    bad = PF.plant(onnx.load(str(fused_path)), kind)
+    tensor = next(n.output[0] for n in bad.model.graph.node if n.name == bad.node)
+    rep = verify.check(orig, bad.model, localize_gelus=True, **check_kw)
+    assert not rep.ok and not any(r.passed for r in rep.outputs if r.verdict != "exact"), kind
+    assert rep.first_failure == tensor, (kind, rep.first_failure, tensor)
+    names = [f["tensor"] for f in rep.fusions]
+    assert names.index(tensor) == bad.index and all(f["pass"] for f in rep.fusions[: bad.index])
+    return rep

@@ -1,0 +1,48 @@
+"""check's default verdict on a 12-layer ViT exported with TorchScript
+(dynamo: test_verdict_dynamo.py; tests/deep_models.py: random non-zero
+weights, biases and LayerNorm parameters; a Conv patch embedding, which ONNX
+Runtime's CPU EP has no float64 kernel for): correct fusions pass for every
+target, fp32 and fp16; a fault planted in one middle GELU fails with the
+same defaults and --localize names it."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import deep_models as D  # noqa: E402
+
+from gelu_onnx import verify  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("deep_vit")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_correct_fusions_pass(folder, dtype):
+    for target in ("custom", "standard", "ort"):
+        orig, fused = D.fused("vit", "torchscript", dtype, target, folder)
+        rep = verify.check(orig, fused, iterations=2)
+        assert rep.ok, (target, [(r.name, r.message) for r in rep.outputs])
+        want = "float32" if dtype == "fp16" else "float64 (Conv, Erf in float32)"
+        assert rep.precise_reference == f"the original in {want} (CPU, optimizations off)"
+        for r in rep.outputs:
+            assert r.verdict == "reference" and r.fused_mean_dev <= 1.5 * r.original_mean_dev, (target, r)
+
+
+FAULTS = [("fp32", "ort", "erf_as_tanh"), ("fp32", "custom", "double_bias"), ("fp16", "custom", "drop_bias"),
+          ("fp16", "ort", "double_bias"), ("fp16", "standard", "wrong_input")]
+
+
+@pytest.mark.parametrize("dtype,target,kind", FAULTS, ids=["-".join(f) for f in FAULTS])
+def test_planted_fault_fails(folder, dtype, target, kind):
+    orig, fused = D.fused("vit", "torchscript", dtype, target, folder)
+    D.assert_caught(orig, fused, kind)
