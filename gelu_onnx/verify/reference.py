@@ -188,7 +188,7 @@ def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     sk = onnx.ModelProto(ir_version=model.ir_version, opset_import=list(model.opset_import),
                          functions=list(model.functions))
     sg = sk.graph
-    sg.name = g.name
+    sg.name = "skeleton"  # not g.name: a name that is not UTF-8 cannot be read as str
     sg.node.extend(g.node)
     sg.input.extend(g.input)
     sg.output.extend(g.output)
