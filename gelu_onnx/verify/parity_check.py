@@ -26,6 +26,7 @@ from . import errstats, feedfiles, localize, pairing, reference, runners, verdic
 from .inputs import DIM_DEFAULT, describe_inputs, dtype_str, input_specs, make_inputs
 from .. import contract
 from ..errors import InputError, UnsupportedError
+from ..fusion.functions import refuse_foreign_functions
 
 
 @dataclass
@@ -235,6 +236,9 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         raise UnsupportedError("; ".join(dict.fromkeys(bad)))
     lo = runners.load(original) if original is not None else None
     lf = runners.load(fused)
+    for m in (lo, lf):  # our library would run our kernel in place of such a function's body
+        if m is not None:
+            refuse_foreign_functions(m.model)
     _check_save_paths({"--save-inputs": save_inputs, "--save-outputs": save_outputs},
                       [m for m in (lo, lf) if m is not None], [x for x in (inputs, reference_outputs)
                                                                if isinstance(x, (str, os.PathLike))])
