@@ -80,14 +80,15 @@ class Kernel:
         return sum(1 for i in self.insns if pred(i[2], i[3]))
 
 
-def compile_and_dump(arch: str, workdir: Path, flags: list[str] = NVCC_FLAGS) -> tuple[str, str, str]:
-    """(ptxas -v and resource usage, SASS, nvcc release) of gelu_cuda.cu built with flags."""
+def compile_and_dump(arch: str, workdir: Path, flags: list[str] = NVCC_FLAGS,
+                     source: Path = SOURCE) -> tuple[str, str, str]:
+    """(ptxas -v and resource usage, SASS, nvcc release) of gelu_cuda.cu (or `source`) built with flags."""
     nvcc, cuobjdump = find_tool("nvcc"), find_tool("cuobjdump")
     if not nvcc or not cuobjdump:
         raise FileNotFoundError(f"nvcc: {nvcc}, cuobjdump: {cuobjdump} (pip install nvidia-cuda-cuobjdump)")
     cubin = workdir / f"gelu_cuda_sm{arch}.cubin"
     r = subprocess.run([nvcc, "-cubin", f"-arch=sm_{arch}", *flags, "-Xptxas", "-v",
-                        f"-I{SOURCE.parent}", str(SOURCE), "-o", str(cubin)],
+                        f"-I{source.parent}", str(source), "-o", str(cubin)],
                        capture_output=True, text=True, check=True)
     ver = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
