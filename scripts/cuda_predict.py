@@ -109,7 +109,7 @@ def _loop_paths(k: cuda_sass.Kernel):
     leaves the hot one at one of its conditional branches (the rare path,
     with any branch nested in it not taken), the costliest such exit."""
     insns = k.insns
-    blocks, succ = cuda_sass._blocks(insns)
+    blocks, succ = cuda_sass.basic_blocks(insns)
     hot = cuda_sass.main_loop(k)
     if not hot:
         return [], [], 0
@@ -141,7 +141,7 @@ def _loop_paths(k: cuda_sass.Kernel):
             if alt in body and alt not in members and alt in to_latch and b in from_head:
                 slow = max(slow, from_head[b] + to_latch[alt])
     slow_ops = slow
-    elems = sum(cuda_sass._stored(k, o[2]) for o in hot if o[2].startswith("STG"))
+    elems = sum(cuda_sass.stored_elements(k, o[2]) for o in hot if o[2].startswith("STG"))
     rare_blocks = [b for b in body if b not in members]
     rare_ops = [insns[i] for b in rare_blocks for i in range(*blocks[b]) if insns[i][2] != "NOP"]
     return hot, slow_ops, elems, rare_ops
