@@ -95,7 +95,14 @@ template <typename P> __device__ __forceinline__ void from_f32v(const float* f, 
   }
 }
 // A warp-uniform decision: every lane of the warp gets the OR of all lanes.
-__device__ __forceinline__ bool warp_any(bool p) { return __any_sync(0xffffffffu, p); }
+// (__host__ too: gelu_body is __host__ __device__; the host pass never runs it.)
+__host__ __device__ __forceinline__ bool warp_any(bool p) {
+#if defined(__CUDA_ARCH__)
+  return __any_sync(0xffffffffu, p);
+#else
+  return p;
+#endif
+}
 }  // namespace gelu_cuda_io
 
 #include "gelu_cuda_body.h"
