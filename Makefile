@@ -4,6 +4,10 @@
 #               and check parity (scripts/demo.py --all: every export)
 #   make test   the test suite (what CI runs)
 # `make wheel` builds a publishable wheel into dist/ (py3-none-manylinux_*).
+# `make gpu-check` on a GPU machine (torch with CUDA, onnx, onnxruntime-gpu,
+# the CUDA toolkit; nothing installed, no network): every CUDA check and
+# benchmark in <= 6 minutes, one table in benchmarks/results/
+# (scripts/gpu_check.py). GPU_PYTHON picks the interpreter.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU onnxruntime; a GPU machine: make RUNTIME=gpu ... (onnxruntime-gpu)
@@ -14,7 +18,9 @@ RUNTIME ?= cpu
 BUILD_DEPS := "scikit-build-core>=0.11" "cmake>=3.24" ninja
 INSTALL := $(PY) -m pip install -q $(BUILD_DEPS) && $(PY) -m pip install -q --no-build-isolation
 
-.PHONY: demo test setup setup-test wheel clean
+GPU_PYTHON ?= python3
+
+.PHONY: demo test setup setup-test wheel clean gpu-check
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -40,6 +46,9 @@ wheel: $(PY)
 	$(PY) -m build --wheel --outdir dist/raw .
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair --wheel-dir dist dist/raw/*.whl
 	rm -rf dist/raw
+
+gpu-check:
+	$(GPU_PYTHON) scripts/gpu_check.py
 
 clean:
 	rm -rf $(VENV) build dist

@@ -29,8 +29,9 @@ Sanitizers (the same library, small sizes, every kernel variant):
     compute-sanitizer --tool racecheck python -m pytest -q tests/test_cuda_kernels.py -k "not 2_31"
     compute-sanitizer --tool initcheck python -m pytest -q tests/test_cuda_kernels.py -k "not 2_31"
 
-No GPU has been lent to this project's sessions so far: this script has not
-been run yet, and no results file exists.
+First run on an H200 with the kernels of c2ec693 (figures:
+benchmarks/results/cuda_measured_h200_c2ec693.md); `make gpu-check`
+(scripts/gpu_check.py) runs it with the rest of the GPU checks.
 """
 from __future__ import annotations
 

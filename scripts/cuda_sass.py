@@ -80,14 +80,15 @@ class Kernel:
         return sum(1 for i in self.insns if pred(i[2], i[3]))
 
 
-def compile_and_dump(arch: str, workdir: Path, flags: list[str] = NVCC_FLAGS) -> tuple[str, str, str]:
-    """(ptxas -v and resource usage, SASS, nvcc release) of gelu_cuda.cu built with flags."""
+def compile_and_dump(arch: str, workdir: Path, flags: list[str] = NVCC_FLAGS,
+                     source: Path = SOURCE) -> tuple[str, str, str]:
+    """(ptxas -v and resource usage, SASS, nvcc release) of gelu_cuda.cu (or `source`) built with flags."""
     nvcc, cuobjdump = find_tool("nvcc"), find_tool("cuobjdump")
     if not nvcc or not cuobjdump:
         raise FileNotFoundError(f"nvcc: {nvcc}, cuobjdump: {cuobjdump} (pip install nvidia-cuda-cuobjdump)")
     cubin = workdir / f"gelu_cuda_sm{arch}.cubin"
     r = subprocess.run([nvcc, "-cubin", f"-arch=sm_{arch}", *flags, "-Xptxas", "-v",
-                        f"-I{SOURCE.parent}", str(SOURCE), "-o", str(cubin)],
+                        f"-I{source.parent}", str(source), "-o", str(cubin)],
                        capture_output=True, text=True, check=True)
     ver = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
@@ -130,7 +131,7 @@ def parse(ptxas_and_res: str, sass: str) -> dict[str, Kernel]:
     return kernels
 
 
-def _blocks(insns):
+def basic_blocks(insns):
     """Basic blocks (index ranges) and successor lists."""
     addr_idx = {a: i for i, (a, *_rest) in enumerate(insns)}
     leaders = {0}
@@ -168,7 +169,7 @@ def _blocks(insns):
     return blocks, succ
 
 
-def _stored(k: Kernel, op: str) -> int:
+def stored_elements(k: Kernel, op: str) -> int:
     """Elements one global store writes."""
     width = 16 if ".128" in op else 8 if ".64" in op else 2 if "16" in op else 4
     return width // k.esize
@@ -177,7 +178,7 @@ def _stored(k: Kernel, op: str) -> int:
 def main_loop(k: Kernel) -> list:
     """The instructions (addr, pred, opcode, operands) of the main loop's cheapest trip."""
     insns = k.insns
-    blocks, succ = _blocks(insns)
+    blocks, succ = basic_blocks(insns)
 
     def cost(b):
         s, e = blocks[b]
@@ -206,7 +207,7 @@ def main_loop(k: Kernel) -> list:
                 b = prev[b]
                 path.append(b)
             ops = [insns[i] for b in sorted(path) for i in range(*blocks[b]) if insns[i][2] != "NOP"]
-            elems = sum(_stored(k, o[2]) for o in ops if o[2].startswith("STG"))
+            elems = sum(stored_elements(k, o[2]) for o in ops if o[2].startswith("STG"))
             mem = sum(1 for o in ops if o[2].startswith(("LDG", "STG")))
             if elems and (elems, mem, -len(ops)) > best_key:
                 best, best_key = ops, (elems, mem, -len(ops))
@@ -216,7 +217,7 @@ def main_loop(k: Kernel) -> list:
 def hot_path(k: Kernel) -> tuple[int, int, int]:
     """(instructions, elements stored, 128-bit global accesses) on the main loop's cheapest trip."""
     ops = main_loop(k)
-    elems = sum(_stored(k, o[2]) for o in ops if o[2].startswith("STG"))
+    elems = sum(stored_elements(k, o[2]) for o in ops if o[2].startswith("STG"))
     wide = sum(1 for o in ops if o[2].startswith(("LDG", "STG")) and ".128" in o[2])
     return len(ops), elems, wide
 

@@ -1,14 +1,14 @@
 """The CUDA kernels on a real device, through their C ABI (gelu_cuda_launch,
-ctypes) with torch for device memory and the stream. They must compute what
-the CPU kernels compute — the same scalar math (erf in the all-float variant, the CPU default),
-explicit FMAs only — bit for bit, and so stay within tests/test_cpu_kernels.py's
-float64 bounds: every form x dtype, bias, unaligned pointers and odd lengths
-(the scalar paths beside the 128-bit ones), and a tensor of more than 2^31
-elements (64-bit indexing).
+ctypes) with torch for device memory and the stream. Their math is the
+device's own (gelu_cuda_math.h: hardware ex2/rcp approximations), so they are
+held to the accuracy contract against float64, not to the CPU kernels' bits:
+fp32 within tests/test_cpu_kernels.py's ulp bounds, fp16/bf16 within one step
+of the correctly rounded value, NaN/inf as the reference; every form x dtype,
+bias, unaligned pointers and odd lengths (the one-element kernel beside the
+128-bit one), and a tensor of more than 2^31 elements (64-bit indexing).
 
 Skips, saying why, without torch, without a CUDA device, or with a library
-built without CUDA. No GPU has been lent to this project's sessions so far:
-these tests have not run yet (docs/kernels.md, "GPU checks").
+built without CUDA (`make gpu-check` runs them on a GPU machine).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from kernel_helpers import DTYPES, FORMS, check_f32, f32_sweep, run
+from kernel_helpers import DTYPES, FORMS, check_f32, f32_sweep, reference
 
 from gelu_onnx import contract
 
@@ -36,14 +36,6 @@ def torch(lib):
         pytest.skip("the library was built without CUDA (no nvcc at build time)")
     assert rc == 0
     return torch
-
-
-@pytest.fixture
-def float_cpu(lib):
-    """The CPU reference for bitwise comparisons: the CUDA erf is the all-float variant."""
-    lib.gelu_cpu_erf_precise(0)
-    yield
-    lib.gelu_cpu_erf_precise(0)
 
 
 def to_device(torch, a):
@@ -71,32 +63,44 @@ def cuda_run(lib, torch, form, x, bias=None, alpha=ALPHA, offset=0):
     return yd.cpu().numpy().view(x.dtype)[offset:]
 
 
-def same_bits(a, b):
-    """Bit for bit, except that NaNs only need to be NaN in both (payloads are
-    the hardware's: x86 propagates the input's, CUDA makes a canonical one)."""
-    na, nb = np.isnan(a.astype(np.float32)), np.isnan(b.astype(np.float32))
-    ia, ib = a.view(INT_VIEW[a.dtype]), b.view(INT_VIEW[b.dtype])
-    return np.array_equal(na, nb) and np.array_equal(ia[~na], ib[~nb])
+def within_contract(form, x, y, bias=None, alpha=ALPHA):
+    """y = GELU(x (+ bias, added in float32 as the kernels do)) within the
+    contract: fp32 the ulp bounds (check_f32), fp16/bf16 the correctly
+    rounded value or a neighbour one step away; NaN where the reference is."""
+    v = x.astype(np.float32)
+    if bias is not None:
+        v = (v.reshape(-1, bias.size) + bias.astype(np.float32)).reshape(-1)
+    if x.dtype == np.float32:
+        check_f32(form, v, y)
+        return True
+    ref = reference(form, v, alpha)
+    nan = np.isnan(ref)
+    if not np.array_equal(np.isnan(y.astype(np.float32)), nan):
+        return False
+    rounded = ref[~nan].astype(x.dtype)  # float64 -> half type: one rounding
+
+    def ordered(a):
+        i = a.view(np.int16).astype(np.int32)
+        return np.where(i < 0, -(i & 0x7FFF), i)
+    return bool(np.all(np.abs(ordered(y[~nan]) - ordered(rounded)) <= 1))
 
 
 @pytest.mark.parametrize("form", list(FORMS))
-def test_cuda_float32_matches_cpu_and_float64(lib, torch, float_cpu, form):
+def test_cuda_float32_within_the_bounds(lib, torch, form):
     x = f32_sweep(257)
-    y = cuda_run(lib, torch, form, x)
-    check_f32(form, x, y)
-    assert same_bits(y, run(lib, form, x)), "CUDA and CPU results differ"
+    assert within_contract(form, x, cuda_run(lib, torch, form, x))
 
 
 @pytest.mark.parametrize("form", list(FORMS))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_cuda_half_types_exhaustive(lib, torch, float_cpu, form, dtype):
-    """All 65536 inputs, bit for bit the CPU result (which is within 1 ulp of the correctly rounded one)."""
+def test_cuda_half_types_exhaustive(lib, torch, form, dtype):
+    """All 65536 inputs within one step of the correctly rounded result."""
     x = np.arange(65536, dtype=np.uint16).view(DTYPES[dtype][1])
-    assert same_bits(cuda_run(lib, torch, form, x), run(lib, form, x))
+    assert within_contract(form, x, cuda_run(lib, torch, form, x))
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_cuda_bias_offsets_and_tails(lib, torch, float_cpu, dtype):
+def test_cuda_bias_offsets_and_tails(lib, torch, dtype):
     """Bias rows, pointers 0-7 elements off alignment, lengths that leave a tail."""
     npdt = DTYPES[dtype][1]
     rng = np.random.default_rng(5)
@@ -104,14 +108,14 @@ def test_cuda_bias_offsets_and_tails(lib, torch, float_cpu, dtype):
         for bias_len, rows in ((768, 7), (37, 11), (1, 5), (4096, 3)):
             x = (rng.standard_normal(bias_len * rows) * 3).astype(npdt)
             b = rng.standard_normal(bias_len).astype(npdt)
-            assert same_bits(cuda_run(lib, torch, form, x, b), run(lib, form, x, b)), (form, bias_len)
+            assert within_contract(form, x, cuda_run(lib, torch, form, x, b), b), (form, bias_len)
         for offset in range(8):
             x = (rng.standard_normal(4099 + offset) * 3).astype(npdt)
-            want = run(lib, form, np.ascontiguousarray(x[offset:]))
-            assert same_bits(cuda_run(lib, torch, form, x, offset=offset), want), (form, offset)
+            y = cuda_run(lib, torch, form, x, offset=offset)
+            assert within_contract(form, np.ascontiguousarray(x[offset:]), y), (form, offset)
 
 
-def test_cuda_more_than_2_31_elements(lib, torch, float_cpu):
+def test_cuda_more_than_2_31_elements(lib, torch):
     """fp16, 2^31 + 1024 elements (4 GiB per tensor), with a bias row of 1024:
     the elements around 2^31 and at the end are computed, and correctly."""
     n = 2**31 + 1024
@@ -132,4 +136,4 @@ def test_cuda_more_than_2_31_elements(lib, torch, float_cpu):
             x = xd[start:stop].cpu().numpy().view(np.float16)
             y = yd[start:stop].cpu().numpy().view(np.float16)
             # bias is indexed by the global element index: start is a multiple of 1024
-            assert same_bits(y, run(lib, form, x, bias)), (form, start)
+            assert within_contract(form, x, y, bias), (form, start)

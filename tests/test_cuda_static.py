@@ -1,10 +1,12 @@
 """Static gates on the compiled CUDA kernels (no GPU needed): gelu_cuda.cu
 built for sm_90 with the project's flags, read with ptxas -v and cuobjdump
 (scripts/cuda_sass.py): no stack frame, no spills, no local memory, no FP64
-instruction in any kernel; 128-bit global loads and stores in the main loop of
-every vector kernel, no bias load in any main loop; <= 36 (fp16/bf16) / 48
-(fp32) hot-path instructions per element; and the per-kernel table (registers, hot-path
-instructions per element) equal to the committed
+instruction in any kernel; <= 64 registers (4 blocks per SM); 128-bit global
+loads and stores in the main loop of every vector kernel, no bias load in any
+main loop; no data-dependent branch on the main loop's path (only the loop's
+own, a kernel argument's, or a warp vote's); <= 24 (fp16/bf16) / 46 (fp32)
+hot-path instructions and <= 2 MUFU per element; and the per-kernel table
+(registers, hot-path instructions per element) equal to the committed
 benchmarks/results/cuda_sass_sm90.md. Also: the no-CUDA configuration builds,
 and a broken nvcc gives a CPU-only configuration instead of a failed one.
 
@@ -62,21 +64,21 @@ def test_vector_kernels_move_128_bits(compiled):
         if k.vec == 1:
             continue
         _, elems, wide = cuda_sass.hot_path(k)
-        # 4 packs per thread: 4 loads of x, 4 stores of y, all 16 bytes.
-        assert wide == 8, (k.key, wide)
-        assert elems == 4 * k.vec, (k.key, elems)
-        # The bias: 4 packs of 16 bytes per thread, loaded once before the loop.
+        # 2 packs per thread: 2 loads of x, 2 stores of y, all 16 bytes.
+        assert wide == 4, (k.key, wide)
+        assert elems == 2 * k.vec, (k.key, elems)
+        # The bias: 2 packs of 16 bytes per thread, loaded once before the loop.
         bias_loads = k.count(lambda op, a: op.startswith("LDG") and ".128" in op and ".CONSTANT" in op)
-        assert bias_loads == (4 if k.bias else 0), (k.key, bias_loads)
+        assert bias_loads == (2 if k.bias else 0), (k.key, bias_loads)
 
 
 def test_main_loop_loads_x_and_stores_y_only(compiled):
     """The bias stays in registers: each trip of the main loop loads x and
-    stores y, one access per pack (4 packs of 16 bytes, or 8 single elements)."""
+    stores y, one access per pack (2 packs of 16 bytes, or 8 single elements)."""
     kernels, _, _ = compiled
     for k in kernels.values():
         ops = [o[2] for o in cuda_sass.main_loop(k)]
-        packs = 4 if k.vec > 1 else 8
+        packs = 2 if k.vec > 1 else 8
         loads = [op for op in ops if op.startswith("LDG")]
         stores = [op for op in ops if op.startswith("STG")]
         assert len(loads) == packs and len(stores) == packs, (k.key, loads, stores)
@@ -85,16 +87,41 @@ def test_main_loop_loads_x_and_stores_y_only(compiled):
 
 
 def test_hot_path_within_budget(compiled):
-    """Issue 16's goal, read from SASS: <= 36 instructions per element on the
-    main loop for fp16/bf16, <= 48 for fp32, every form, with and without bias."""
+    """Issue 27's budget, read from SASS: <= 24 instructions per element on the
+    main loop for fp16/bf16 (the copy's element rate leaves ~32 issue slots),
+    <= 46 for fp32 (~64), <= 2 MUFU per element; <= 64 registers."""
     kernels, _, _ = compiled
     over = []
     for k in kernels.values():
+        ops = cuda_sass.main_loop(k)
         n, elems, _ = cuda_sass.hot_path(k)
-        budget = 48 if k.dtype == "f32" else 36
-        if n / elems > budget:
-            over.append(f"{k.key}: {n / elems:.2f} > {budget}")
+        budget = 46 if k.dtype == "f32" else 24
+        mufu = sum(1 for o in ops if o[2].startswith("MUFU")) / elems
+        if n / elems > budget or mufu > 2 or k.regs > 64:
+            over.append(f"{k.key}: {n / elems:.2f} instructions (budget {budget}), {mufu:.2f} MUFU, {k.regs} registers")
     assert not over, over
+
+
+def test_no_data_dependent_branch_on_the_main_loop(compiled):
+    """Issue 27: branches that diverge or run a slow path for some data cost
+    what ncu measured (51 instructions per element executed where 22 were
+    counted). On the main loop's path every conditional branch but the loop's
+    own must test a predicate set by a warp vote (VOTE: uniform across the
+    warp) or by a compare of a uniform register (a kernel argument)."""
+    kernels, _, _ = compiled
+    bad = []
+    for k in kernels.values():
+        ops = cuda_sass.main_loop(k)
+        for i, (addr, pred, op, args) in enumerate(ops[:-1]):
+            if not op.startswith("BRA") or not pred:
+                continue
+            p = pred.lstrip("@!")
+            writer = next((o for o in reversed(ops[:i]) if re.match(rf"{p}\b", o[3])), None)
+            uniform = writer and (writer[2].startswith("VOTE") or re.search(r"\bUR\d+", writer[3])
+                                  or writer[2].startswith("UISETP"))
+            if not uniform:
+                bad.append(f"{k.key}: {pred} BRA at {addr:#x} set by {writer}")
+    assert not bad, bad
 
 
 def test_plain_nvcc_flags_give_the_same_arithmetic(compiled, tmp_path):

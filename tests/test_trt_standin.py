@@ -4,7 +4,7 @@ stand-in libnvinfer written in this repository
 loadLibrary, logger), enqueue through the host emulation of the CUDA kernels,
 and driven through the real IPluginV3 call sequence
 (plugins/tensorrt/tests/test_standin_sequence.cpp): every op type x dtype,
-outputs bit for bit equal to the CPU kernels, a failed launch's CUDA error
+outputs within the CUDA accuracy contract (gelu_cuda_bound.h), a failed launch's CUDA error
 text in the logger, and the default-namespace alias conflict.
 
 It compiles against TensorRT's own headers, which are in no package and are

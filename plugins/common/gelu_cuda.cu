@@ -1,9 +1,10 @@
-// CUDA GELU kernels: gelu_cuda_body.h on the device. Float-only math shared
-// with the CPU kernels (gelu_math.inc through the scalar primitives: explicit
-// FMAs and round-to-nearest intrinsics, so no flag fuses or reorders them),
-// fp16/bf16 computed in fp32 (their own formulas, as on the CPU) and rounded once; 128-bit streaming loads/stores when the
-// pointers and the bias row allow it, element-wise otherwise; 64-bit indexing;
-// the caller's stream.
+// CUDA GELU kernels: gelu_cuda_body.h on the device. The math is
+// gelu_cuda_math.h (hardware ex2/rcp approximations where the accuracy bound
+// holds, branch-free; explicit FMAs and round-to-nearest intrinsics, so no
+// flag fuses or reorders them), fp16/bf16 computed in fp32 and rounded once;
+// 128-bit streaming loads/stores when the pointers and the bias row allow it,
+// element-wise otherwise; 64-bit indexing; a grid of one wave of resident
+// blocks (SMs x occupancy, grid-stride); the caller's stream.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -54,8 +55,24 @@ template <typename P> __device__ __forceinline__ void st_stream(P* p, const P& v
 // for the 16-bit types.
 template <typename P> using Elem = std::remove_cv_t<std::remove_reference_t<decltype(P::v[0])>>;
 template <typename P> __device__ __forceinline__ void to_f32v(const P& p, float* f) {
+  using T = Elem<P>;
+  constexpr int V = sizeof(P) / sizeof(T);
+  if constexpr (std::is_same_v<T, __half> && V % 2 == 0) {
 #pragma unroll
-  for (int e = 0; e < int(sizeof(P) / sizeof(Elem<P>)); ++e) f[e] = to_f32(p.v[e]);
+    for (int e = 0; e < V; e += 2) {
+      const float2 g = __half22float2(__halves2half2(p.v[e], p.v[e + 1]));
+      f[e] = g.x, f[e + 1] = g.y;
+    }
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16> && V % 2 == 0) {
+#pragma unroll
+    for (int e = 0; e < V; e += 2) {
+      const float2 g = __bfloat1622float2(__halves2bfloat162(p.v[e], p.v[e + 1]));
+      f[e] = g.x, f[e + 1] = g.y;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) f[e] = to_f32(p.v[e]);
+  }
 }
 template <typename P> __device__ __forceinline__ void from_f32v(const float* f, P& p) {
   using T = Elem<P>;
@@ -77,30 +94,75 @@ template <typename P> __device__ __forceinline__ void from_f32v(const float* f, 
     for (int e = 0; e < V; ++e) p.v[e] = from_f32<T>(f[e]);
   }
 }
+// A warp-uniform decision: every lane of the warp gets the OR of all lanes.
+// (__host__ too: gelu_body is __host__ __device__; the host pass never runs it.)
+__host__ __device__ __forceinline__ bool warp_any(bool p) {
+#if defined(__CUDA_ARCH__)
+  return __any_sync(0xffffffffu, p);
+#else
+  return p;
+#endif
+}
 }  // namespace gelu_cuda_io
 
 #include "gelu_cuda_body.h"
 
 namespace {
 
-// Accuracy and the bit-exact CPU agreement are the contract: IEEE division,
-// no contraction and no flush of subnormals. The first two hold under any
-// flags (gelu_simd_scalar.h); -ftz=true (-use_fast_math) is undone by the
-// build's -ftz=false (plugins/CMakeLists.txt).
-// The 16-byte kernels with a bias keep 4 packs of bias in registers: at most
-// 128 registers, so that 2 blocks (4 x 16 B of loads per thread, 32 KB per SM)
-// stay in flight; the others stay below that on their own.
+// Accuracy is the contract (gelu_cuda_math.h: the bounds of docs/kernels.md):
+// no contraction and no flush of subnormals outside the explicit .ftz
+// approximations; -ftz=true (-use_fast_math) is undone by the build's
+// -ftz=false (plugins/CMakeLists.txt). At most 64 registers: 4 blocks
+// (1024 threads) per SM.
 template <int FORM, typename T, int VEC, bool BIAS>
-__global__ void __launch_bounds__(gelu_cuda::kThreads, VEC > 1 && BIAS ? 2 : 0)
+__global__ void __launch_bounds__(gelu_cuda::kThreads, gelu_cuda::kMinBlocksPerSm)
     gelu_kernel(const T* __restrict__ x, const T* __restrict__ b, int64_t bias_len,
                 T* __restrict__ y, int64_t n, float alpha) {
-  gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(blockIdx.x, gridDim.x, threadIdx.x, x, b, bias_len, y, n, alpha);
+  gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(blockIdx.x, gridDim.x, threadIdx.x, x, b, bias_len, y, n, alpha, false);
+}
+// The sigmoid form with 0 < |alpha| < 2^-50 (gelu_cuda_math::sigmoid_alpha_fast):
+// the CPU formulas for every element. A kernel of its own, so the usual
+// kernels carry no branch for it.
+template <int FORM, typename T, int VEC, bool BIAS>
+__global__ void __launch_bounds__(gelu_cuda::kThreads, gelu_cuda::kMinBlocksPerSm)
+    gelu_exact_kernel(const T* __restrict__ x, const T* __restrict__ b, int64_t bias_len,
+                      T* __restrict__ y, int64_t n, float alpha) {
+  gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(blockIdx.x, gridDim.x, threadIdx.x, x, b, bias_len, y, n, alpha, true);
+}
+
+// One wave of resident blocks of this kernel on the current device (SMs x
+// blocks per SM), asked once per device and kernel.
+template <int FORM, typename T, int VEC, bool BIAS>
+int64_t resident_blocks() {
+  constexpr int kDevices = 64;
+  static int cache[kDevices];  // 0: not asked yet (a race only asks twice)
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) return gelu_cuda::kMaxBlocks;
+  if (cache[dev] > 0) return cache[dev];
+  int sms = 0, per_sm = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gelu_kernel<FORM, T, VEC, BIAS>,
+                                                    gelu_cuda::kThreads, 0) != cudaSuccess ||
+      sms <= 0 || per_sm <= 0) {
+    cudaGetLastError();  // clear it: the launch below reports its own
+    return gelu_cuda::kMaxBlocks;
+  }
+  cache[dev] = sms * per_sm;
+  return cache[dev];
 }
 
 template <int FORM, typename T, int VEC, bool BIAS>
 cudaError_t launch(const void* x, const void* b, int64_t bl, void* y, int64_t n, float a,
                    cudaStream_t s) {
-  const unsigned blocks = static_cast<unsigned>(gelu_cuda::grid_blocks(n, VEC, BIAS ? bl : 0));
+  const int64_t wave = resident_blocks<FORM, T, VEC, BIAS>();
+  const unsigned blocks = static_cast<unsigned>(gelu_cuda::grid_blocks(n, VEC, BIAS ? bl : 0, wave));
+  if constexpr (FORM == GELU_FORM_SIGMOID) {
+    if (!gelu_cuda_math::sigmoid_alpha_fast(a)) {
+      gelu_exact_kernel<FORM, T, VEC, BIAS><<<blocks, gelu_cuda::kThreads, 0, s>>>(
+          static_cast<const T*>(x), static_cast<const T*>(b), bl, static_cast<T*>(y), n, a);
+      return cudaGetLastError();
+    }
+  }
   gelu_kernel<FORM, T, VEC, BIAS><<<blocks, gelu_cuda::kThreads, 0, s>>>(
       static_cast<const T*>(x), static_cast<const T*>(b), bl, static_cast<T*>(y), n, a);
   return cudaGetLastError();

@@ -6,12 +6,15 @@
 //   P ld_stream(const P*), P ld_keep(const P*), void st_stream(P*, P) for
 //   P = Pack<T, VEC> (streaming = touched once; keep = the bias, reused);
 //   void to_f32v(const Pack<T,V>&, float*) / from_f32v(const float*, Pack<T,V>&)
-//   (the fp16/bf16 device versions convert two elements per instruction).
-// The math is gelu_math.inc through the scalar primitives, float only (the
-// erf form's all-float path), so the CPU kernels compute the same bits.
+//   (the fp16/bf16 device versions convert two elements per instruction);
+//   bool warp_any(bool): true in every lane of the warp if it is in any
+//   (__any_sync on the device; the lane's own value on the host).
+// The math: gelu_cuda_math.h (the device's own formulas, hardware
+// approximations, branch-free) and, for the rare exact paths, gelu_math.inc.
 #pragma once
 #include <stdint.h>
 
+#include "gelu_cuda_math.h"
 #include "gelu_kernels.h"
 #include "gelu_simd_scalar.h"
 
@@ -31,11 +34,15 @@ struct alignas(VEC * sizeof(T)) Pack {
 };
 
 constexpr int kThreads = 256;  // per block
-// Packs per thread per step, loaded before any math: 4 x 16 bytes, or 8
-// single elements (the one-element kernel's per-step index work and range
-// test then cover twice the elements).
-GELU_HD constexpr int unroll_for(int vec) { return vec == 1 ? 8 : 4; }
-constexpr int64_t kMaxBlocks = 4096;  // ~8 waves of 2048-thread SMs on a 132-SM H100
+// Packs per thread per step, all loaded before the math: 2 x 16 bytes, or 8
+// single elements. With <= 64 registers (4 blocks, 1024 threads per SM) that
+// is 32 KB of loads in flight per SM, above the ~26 KB an H200 SM needs to
+// cover its share of 4.8 TB/s x ~700 ns.
+GELU_HD constexpr int unroll_for(int vec) { return vec == 1 ? 8 : 2; }
+constexpr int kMinBlocksPerSm = 4;    // __launch_bounds__: <= 64 registers
+// The grid the host emulation assumes (the device launch asks the device:
+// SMs x resident blocks per SM): a 132-SM H100 with 4 blocks per SM.
+constexpr int64_t kMaxBlocks = 132 * kMinBlocksPerSm;
 
 GELU_HD inline int64_t gcd64(int64_t a, int64_t b) {
   while (b) {
@@ -50,8 +57,8 @@ GELU_HD inline int64_t gcd64(int64_t a, int64_t b) {
 // (bias_len > 0), a block that makes more than one trip over the tiles must
 // find the same bias offsets on every trip: the grid's trip, blocks * tile
 // elements, is then a multiple of bias_len (gelu_body loads the bias once).
-// (max_blocks: kMaxBlocks; the host emulation lowers it to make small
-// launches take several trips.)
+// (max_blocks: the blocks the device keeps resident, one wave; the host
+// emulation lowers it to make small launches take several trips.)
 GELU_HD inline int64_t grid_blocks(int64_t n, int vec, int64_t bias_len = 0, int64_t max_blocks = kMaxBlocks) {
   const int64_t packs = n / vec + 1;  // + 1: the tail of < VEC elements
   const int64_t tile = static_cast<int64_t>(kThreads) * unroll_for(vec);
@@ -71,39 +78,13 @@ inline bool vec_ok(const void* x, const void* b, int64_t bias_len, const void* y
   return aligned(x) && aligned(y) && (!b || (aligned(b) && bias_len % vec == 0));
 }
 
-// HALF: fp16/bf16, the _half formulas (as the CPU kernels for those types).
+// HALF: fp16/bf16. The exact CPU formulas (gelu_math.inc): the rare paths.
 template <int FORM, bool HALF>
 GELU_HD inline float apply(float v, float alpha) {
   using namespace gelu_scalar;
   if (FORM == GELU_FORM_ERF) return HALF ? gelu_erf_half_v(v) : gelu_erf_v<false>(v);
   if (FORM == GELU_FORM_TANH) return HALF ? gelu_tanh_half_v(v) : gelu_tanh_v(v);
   return HALF ? gelu_sigmoid_half_v(v, alpha) : gelu_sigmoid_v(v, alpha);
-}
-
-// apply() where the fast-range formulas hold (the same bits there); sets slow
-// for an element outside it (|x| > 12 for erf; |s| > 450 (|t| > 78) or a
-// quotient below 2^-100 for tanh/sigmoid, whose denominator is in [1, 2^114];
-// NaN), whose result is then unused. fabsf: the tests take |.| as a free
-// operand modifier.
-template <int FORM, bool HALF>
-GELU_HD inline float apply_inrange(float v, float alpha, bool& slow) {
-  using namespace gelu_scalar;
-  if (FORM == GELU_FORM_ERF) {
-    slow |= !(fabsf(v) <= GELU_ERF_FAST_X);
-    return HALF ? gelu_erf_half_core(v, vabs(v)) : gelu_erf_core<false, false>(v, vabs(v));
-  }
-  float y;
-  if (HALF) {
-    const float s4 = FORM == GELU_FORM_TANH ? gelu_tanh_s4(v, vmul(v, v)) : gelu_sigmoid_s4(v, alpha);
-    y = gelu_xsig_half_mid<true>(v, s4);
-    slow |= !(fabsf(s4) <= GELU_SIG_HALF_FAST_S);
-  } else {
-    const float s = FORM == GELU_FORM_TANH ? gelu_tanh_s(v, vmul(v, v)) : gelu_sigmoid_s(v, alpha);
-    y = gelu_xsig_mid<true>(v, s);
-    slow |= !(fabsf(s) <= GELU_SIG_FAST_S);
-  }
-  slow |= !(fabsf(y) >= 0x1p-100f);
-  return y;
 }
 
 // fp16 / bf16 (2-byte elements) take the _half formulas.
@@ -123,16 +104,23 @@ GELU_UNROLL
 }
 
 template <int FORM, typename T>
-GELU_HD inline T one(T xv, const T* b, int64_t bi, float alpha) {
+GELU_HD inline T one(T xv, const T* b, int64_t bi, float alpha, float ka, bool exact) {
+  constexpr bool kHalf = IsHalf<T>::value;
   float v = gelu_cuda_io::to_f32(xv);
   if (b) v = gelu_scalar::vadd(v, gelu_cuda_io::to_f32(b[bi]));
-  return gelu_cuda_io::from_f32<T>(apply<FORM, IsHalf<T>::value>(v, alpha));
+  const bool slow = exact || gelu_cuda_math::needs_exact<FORM, kHalf>(v);
+  return gelu_cuda_io::from_f32<T>(slow ? apply<FORM, kHalf>(v, alpha) : gelu_cuda_math::fast<FORM, kHalf>(v, ka));
 }
 
 // One thread's whole share of y = f(x + b[i % bias_len]).
 //  * Full tiles of kThreads * kUnroll packs, grid-stride: pack k of a thread is
 //    tile_start + k * kThreads + tid (each k coalesced across the warp); all
 //    loads of a step are issued before its math.
+//  * The math: gelu_cuda_math's fast formulas, branch-free for every input.
+//    Two exceptions, both uniform: exact (the sigmoid form with
+//    0 < |alpha| < 2^-50: a kernel of its own on the device) runs the CPU
+//    formulas for every element; fp32 erf recomputes a warp's step with them when any element
+//    of it is beyond |x| = 12 (warp_any: one vote per step, never divergent).
 //  * The bias: grid_blocks makes each block's trip a multiple of bias_len
 //    elements (or one trip per block), so a thread's kUnroll packs meet the
 //    same bias values on every trip: loaded once, kept as floats. BIAS with
@@ -142,11 +130,14 @@ GELU_HD inline T one(T xv, const T* b, int64_t bi, float alpha) {
 template <int FORM, typename T, int VEC, bool BIAS>
 GELU_HD inline void gelu_body(int64_t block, int64_t blocks, int tid, const T* __restrict__ x,
                               const T* __restrict__ b, int64_t bias_len, T* __restrict__ y,
-                              int64_t n, float alpha) {
+                              int64_t n, float alpha, bool exact) {
   using P = Pack<T, VEC>;
   constexpr int kUnroll = unroll_for(VEC);
   constexpr int64_t kTile = static_cast<int64_t>(kThreads) * kUnroll;
   constexpr bool kHalf = IsHalf<T>::value;
+  constexpr bool kRare = FORM == GELU_FORM_ERF && !kHalf;  // fp32 erf only
+  const float ka = gelu_cuda_math::sigmoid_ka(alpha);
+  exact = FORM == GELU_FORM_SIGMOID && exact;
   const P* xp = reinterpret_cast<const P*>(x);
   P* yp = reinterpret_cast<P*>(y);
   const int64_t packs = n / VEC;
@@ -169,25 +160,24 @@ GELU_UNROLL
     P px[kUnroll];
 GELU_UNROLL
     for (int k = 0; k < kUnroll; ++k) px[k] = gelu_cuda_io::ld_stream(xp + p0 + k * kThreads);
-    // The step's kUnroll * VEC elements through the in-range formulas, one
-    // flag for all of them; a step with any element out of range (rare)
-    // recomputes them all with the exact formulas. Both give the same bits
-    // wherever the in-range formulas apply.
     float v[kUnroll][VEC];
-    bool slow = false;
+    bool rare = false;
 GELU_UNROLL
     for (int k = 0; k < kUnroll; ++k) {
       load_f32<BIAS, VEC>(px[k], bias[k], v[k]);
 GELU_UNROLL
-      for (int e = 0; e < VEC; ++e) v[k][e] = apply_inrange<FORM, kHalf>(v[k][e], alpha, slow);
+      for (int e = 0; e < VEC; ++e) rare |= gelu_cuda_math::needs_exact<FORM, kHalf>(v[k][e]);
     }
-    if (slow) {
+    if (exact || (kRare && gelu_cuda_io::warp_any(rare))) {
 GELU_UNROLL
-      for (int k = 0; k < kUnroll; ++k) {
-        load_f32<BIAS, VEC>(px[k], bias[k], v[k]);
+      for (int k = 0; k < kUnroll; ++k)
 GELU_UNROLL
         for (int e = 0; e < VEC; ++e) v[k][e] = apply<FORM, kHalf>(v[k][e], alpha);
-      }
+    } else {
+GELU_UNROLL
+      for (int k = 0; k < kUnroll; ++k)
+GELU_UNROLL
+        for (int e = 0; e < VEC; ++e) v[k][e] = gelu_cuda_math::fast<FORM, kHalf>(v[k][e], ka);
     }
 GELU_UNROLL
     for (int k = 0; k < kUnroll; ++k) {
@@ -204,13 +194,13 @@ GELU_UNROLL
 GELU_UNROLL
     for (int e = 0; e < VEC; ++e) {
       const int64_t i = p * VEC + e;
-      py.v[e] = one<FORM>(px.v[e], BIAS ? b : nullptr, BIAS ? i % bias_len : 0, alpha);
+      py.v[e] = one<FORM>(px.v[e], BIAS ? b : nullptr, BIAS ? i % bias_len : 0, alpha, ka, exact);
     }
     gelu_cuda_io::st_stream(yp + p, py);
   }
   if (VEC > 1) {
     for (int64_t i = packs * VEC + gtid; i < n; i += gstride)
-      y[i] = one<FORM>(x[i], BIAS ? b : nullptr, BIAS ? i % bias_len : 0, alpha);
+      y[i] = one<FORM>(x[i], BIAS ? b : nullptr, BIAS ? i % bias_len : 0, alpha, ka, exact);
   }
 }
 

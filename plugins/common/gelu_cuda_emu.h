@@ -19,6 +19,10 @@ void gelu_cuda_emu_order(int order, unsigned seed);
 // kernel body must still be right). gelu_cuda_emu_grid(0, 0): as the device.
 void gelu_cuda_emu_grid(int64_t max_blocks, int64_t blocks);
 
+// The hardware approximations (ex2.approx, rcp.approx) return the exact value
+// times (1 + end * their PTX ISA maximum relative error): end = -1, 0 or +1.
+void gelu_cuda_emu_approx_end(int end);
+
 // The next gelu_cuda_launch fails like a device launch does (GELU_ERR_CUDA,
 // with text in gelu_cuda_last_error()): how error reporting is tested.
 void gelu_cuda_emu_fail_next_launch(void);

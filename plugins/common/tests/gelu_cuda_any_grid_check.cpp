@@ -9,8 +9,9 @@
 //  * Random n (0..300k), bias rows 1..5000 elements, x/b/y offsets 0..15
 //    elements, sigmoid alpha from a small set; each array ends less than 16
 //    bytes before a PROT_NONE page.
-//  * Against gelu_cpu_range bit for bit (any NaN equals any NaN), and the
-//    ledger: every pack store lands inside y, no element is stored twice, x and
+//  * Against the accuracy contract (gelu_cuda_bound.h, a long double
+//    reference; the hardware approximations at a random end of their
+//    documented error), and the ledger: every pack store lands inside y, no element is stored twice, x and
 //    b are read only inside their arrays.
 //   gelu_cuda_any_grid_check [launches] [seed]
 #include <stdint.h>
@@ -25,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gelu_cuda_bound.h"
 #include "gelu_kernels.h"
 
 namespace gelu_cuda_io {
@@ -90,6 +92,7 @@ template <typename P> inline void from_f32v(const float* f, P& p) {
   int e = 0;
   for (auto& v : p.v) v = from_f32<std::remove_reference_t<decltype(v)>>(f[e++]);
 }
+inline bool warp_any(bool p) { return p; }  // one thread at a time
 }  // namespace gelu_cuda_io
 
 #include "gelu_cuda_body.h"
@@ -126,9 +129,10 @@ void walk(int64_t blocks, std::mt19937_64& rng, const T* x, const T* b, int64_t 
   std::vector<int64_t> order(static_cast<size_t>(blocks) * gelu_cuda::kThreads);
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   std::shuffle(order.begin(), order.end(), rng);
+  const bool exact = !gelu_cuda_math::sigmoid_alpha_fast(a);
   for (int64_t g : order)
     gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(g / gelu_cuda::kThreads, blocks, static_cast<int>(g % gelu_cuda::kThreads),
-                                             x, b, bl, y, n, a);
+                                             x, b, bl, y, n, a, exact);
 }
 
 template <int FORM, typename T, int VEC>
@@ -178,21 +182,22 @@ uint32_t value_bits(std::mt19937_64& rng, int dt) {
   return hb;
 }
 
-bool same(int dt, const char* p, const char* q) {
-  uint32_t u = 0, v = 0;
-  const size_t es = dt == 0 ? 4 : 2;
-  memcpy(&u, p, es), memcpy(&v, q, es);
-  if (u == v) return true;
-  const uint32_t exp = dt == 0 ? 0x7f800000u : dt == 1 ? 0x7c00u : 0x7f80u, abs = dt == 0 ? 0x7fffffffu : 0x7fffu;
-  return (u & abs) > exp && (v & abs) > exp;
+float value(int dt, const char* p) {
+  uint32_t u = 0;
+  memcpy(&u, p, dt == 0 ? 4 : 2);
+  if (dt == 0) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  return dt == 1 ? gelu_bound::f16_value(static_cast<uint16_t>(u)) : gelu_bound::bf16_value(static_cast<uint16_t>(u));
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   const long launches = argc > 1 ? atol(argv[1]) : 3000;
   std::mt19937_64 rng(argc > 2 ? strtoull(argv[2], nullptr, 10) : 20260716u);
-  gelu_cpu_erf_precise(0);  // the CUDA kernels use the all-float erf
-  static const float alphas[] = {1.702f, 1.0f, 0.5f, 3.0f, -1.25f};
+  static const float alphas[] = {1.702f, 1.0f, 0.5f, 3.0f, -1.25f, 0x1p-60f, 0.0f};
   long failures = 0, vector_launches = 0, foreign_grids = 0;
   for (long it = 0; it < launches && failures < 10; ++it) {
     const int form = static_cast<int>(rng() % 3), dt = static_cast<int>(rng() % 3);
@@ -208,7 +213,7 @@ int main(int argc, char** argv) {
     }
     const size_t ox = rng() % 4 ? 0 : es * (rng() % 16), oy = rng() % 4 ? 0 : es * (rng() % 16),
                  ob = rng() % 4 ? 0 : es * (rng() % 16);
-    Guarded xg(n * es, ox % 16), yg(n * es, oy % 16), rg(n * es + 1, 0), bg(bl * es, ob % 16);
+    Guarded xg(n * es, ox % 16), yg(n * es, oy % 16), bg(bl * es, ob % 16);
     for (int64_t i = 0; i < n; ++i) {
       const uint32_t u = value_bits(rng, dt);
       memcpy(xg.data + i * es, &u, es);
@@ -218,8 +223,8 @@ int main(int argc, char** argv) {
       memcpy(bg.data + i * es, &u, es);
     }
     const void* b = bias ? bg.data : nullptr;
-    const float alpha = alphas[rng() % 5];
-    gelu_cpu_range(static_cast<gelu_form_t>(form), static_cast<gelu_dtype_t>(dt), xg.data, b, bl, rg.data, 0, n, alpha);
+    const float alpha = alphas[rng() % 7];
+    gelu_cuda_math::gelu_cuda_approx_end() = static_cast<int>(rng() % 2) * 2 - 1;
     const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
     const bool vec_ok = aligned(xg.data) && aligned(yg.data) && (!bias || (aligned(bg.data) && bl % V == 0));
     for (int vec1 = vec_ok ? 0 : 1; vec1 <= 1; ++vec1) {
@@ -239,8 +244,20 @@ int main(int argc, char** argv) {
         else run_dt<b16>(form, vec1, blocks, rng, xg.data, b, bl, yg.data, n, alpha);
       }
       int64_t first = -1;
-      for (int64_t i = 0; i < n && first < 0; ++i)
-        if (!same(dt, rg.data + i * es, yg.data + i * es)) first = i;
+      for (int64_t i = 0; i < n && first < 0; ++i) {
+        float v = value(dt, xg.data + i * es);
+        if (bias) v += value(dt, bg.data + (i % bl) * es);
+        uint32_t yb = 0;
+        memcpy(&yb, yg.data + i * es, es);
+        // 0 < |alpha| < 2^-50: the CPU kernels' formulas (the exact path); for
+        // |alpha x| > 87 they return 0 where x e^-|t| is still a float (huge
+        // x): the ledger only here (tests/test_cpu_kernels.py, alpha 1.702).
+        if (form == 2 && !gelu_cuda_math::sigmoid_alpha_fast(alpha)) continue;
+        if (gelu_bound::bound_ratio(form, dt, v, yb, alpha) > 1.0) {
+          first = i;
+          fprintf(stderr, "  v=%.9g y=%#x alpha=%g\n", v, yb, alpha);
+        }
+      }
       // Elements outside whole packs are the tail's plain stores (VEC > 1 only).
       const int64_t packed = vec1 ? n : n / V * V;
       int64_t unstored = 0;
@@ -248,7 +265,7 @@ int main(int argc, char** argv) {
       if (first >= 0 || g_ledger.errors || unstored) {
         ++failures;
         fprintf(stderr, "FAIL form %d dtype %d n=%lld bias_len=%lld offsets x=%zu b=%zu y=%zu %s kernel, %lld blocks "
-                "(launch: %lld): first differing element %lld, ledger errors %ld, %lld packed elements never stored\n",
+                "(launch: %lld): first element out of bound %lld, ledger errors %ld, %lld packed elements never stored\n",
                 form, dt, (long long)n, (long long)bl, ox / es, ob / es, oy / es, vec1 ? "one-element" : "16-byte",
                 (long long)blocks, (long long)launch, (long long)first, g_ledger.errors, (long long)unstored);
       }
