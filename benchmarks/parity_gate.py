@@ -13,7 +13,8 @@ fusion and on each fault of tests/parity_faults.py planted in the middle
 GELU (6 of 12). One row per check: the verdict, whether it is the right one
 (pass for the correct fusion, fail for a fault), whether --localize named
 the planted GELU first, max_abs of the worst output, the deviations the
-check reports beside it (any output field named *deviation*), and the wall
+check reports beside it (fused_/original_ mean and max deviation from the
+precise reference, docs/verdict.md), and the wall
 time of the check command.
 
     python benchmarks/parity_gate.py --quick                 # BERT-base fp32+fp16, TorchScript (CPU: minutes)
@@ -116,9 +117,9 @@ def check_row(orig: Path, fused: Path, provider: str, extra: list[str], planted_
     row["verdict"] = "pass" if rep.get("ok") else "FAIL"
     row["max_abs"] = max((o.get("max_abs") or 0.0 for o in outs), default=None)
     devs = {}
-    for o in outs:  # whatever deviations the check reports next to max_abs (issue 23's reference-relative verdict)
+    for o in outs:  # the reference-relative verdict's deviations from the precise run (docs/verdict.md)
         for k, v in o.items():
-            if "deviation" in k and isinstance(v, (int, float)):
+            if k.endswith("_dev") and isinstance(v, (int, float)):
                 devs[k] = max(devs.get(k, 0.0), float(v))
     row["deviations"] = devs
     first = rep.get("first_failure") or next((r.get("first_failure") for r in rep.get("runs", [])
