@@ -42,9 +42,8 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
     ``base_dir``: the folder a ModelProto's external data lives in (lets
     scalar GELU constants stored externally be read). The input ModelProto is
     never modified unless ``inplace=True``. ``input_check``: also keep the
-    input's check model in ``FuseResult.input_check`` (fusion/standin.py,
-    or the input's own bytes where a check model would barely differ; None
-    where the input must be checked from its file).
+    input's check model in ``FuseResult.input_check`` (fusion/standin.py;
+    None where the input itself must be checked).
     """
     t = targets.get(target)
     src, base_dir, table = _as_model(model, base_dir)
@@ -67,9 +66,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         unchanged = False
 
     def keep_check_model(p):
-        # m is still the input here: when a check model would barely differ,
-        # the input's own bytes (cheaper than reading the file again)
-        res.input_check = standin.check_model(m, p) or m.SerializeToString()
+        res.input_check = standin.check_model(m, p)
 
     fusion.rewrite(m, plans, t, res, keep_check_model if input_check and unchanged else None)
     functions.label_inlined(res, fplan)
