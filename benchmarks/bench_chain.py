@@ -40,7 +40,7 @@ from bench_fuse import BARE, machine, measure, node_count, warm_cache  # noqa: E
 
 
 def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str | None = None,
-          with_json: bool = False) -> dict:
+          with_json: bool = False, plain: bool = False) -> dict:
     """``before``: another checkout of gelu-onnx, run as a third contender
     (its CLI from its own folder) to show the change in the same rotation;
     ``with_json``: also time ``fuse --json``."""
@@ -54,6 +54,8 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
             cmds["json"] = ([py, *fuse, "--json"], None)
         if before:
             cmds["before"] = ([py, "-S", *fuse], before)
+        if plain:  # the same CLI with the native scanner turned off
+            cmds["plain"] = (["env", "GELU_ONNX_SCAN=0", py, *fuse], None)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         for _ in range(repeats + warmup):  # the first `warmup` rounds warm caches and are not counted
             for name, (argv, cwd) in cmds.items():
@@ -94,6 +96,11 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
         cc = [r["cpu_seconds"] for r in runs["before"]]
         rec.update(before_s=statistics.median(c), before_ratio=statistics.median(x / y for x, y in zip(c, b)),
                    before_cpu_ratio=statistics.median(x / y for x, y in zip(cc, bc)))
+    if plain:
+        c = [r["seconds"] for r in runs["plain"]]
+        cc = [r["cpu_seconds"] for r in runs["plain"]]
+        rec.update(plain_s=statistics.median(c), plain_ratio=statistics.median(x / y for x, y in zip(c, b)),
+                   plain_cpu_ratio=statistics.median(x / y for x, y in zip(cc, bc)))
     return rec
 
 
@@ -124,15 +131,17 @@ def markdown(doc: dict) -> str:
         "The machine is shared: 1-minute load average before the runs is given (2 = both cores busy).",
         "",
         "| GELUs | nodes | file | gelu-onnx s | bare s | ratio (min-max) | CPU s gelu-onnx / bare (ratio) "
-        "| µs / node | peak RSS gelu-onnx / bare | with --json s (x bare) | before s (x bare, CPU x bare) | load |",
+        "| µs / node | peak RSS gelu-onnx / bare | with --json s (x bare) or GELU_ONNX_SCAN=0 s (x bare, CPU x bare) | before s (x bare, CPU x bare) | load |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["results"]:
         before = (f"{r['before_s']:.2f} ({r['before_ratio']:.1f}x, {r['before_cpu_ratio']:.1f}x)"
                   if "before_s" in r else "")
         js = f"{r['json_s']:.2f} ({r['json_ratio']:.1f}x)" if "json_s" in r else ""
+        if "plain_s" in r:  # the column shows the scanner-off contender instead
+            js = f"{r['plain_s']:.2f} ({r['plain_ratio']:.1f}x, {r['plain_cpu_ratio']:.1f}x)"
         lines.append(
-            f"| {r['fused']} | {r['nodes']} | {r['bytes'] / 1e6:.1f} MB | {r['gelu_onnx_s']:.2f} | {r['bare_s']:.2f} "
+            f"| {r['fused']} {r['file'] if not r['file'].startswith('synth-') else ''}| {r['nodes']} | {r['bytes'] / 1e6:.1f} MB | {r['gelu_onnx_s']:.2f} | {r['bare_s']:.2f} "
             f"| {r['ratio_median']:.1f}x ({r['ratio_min']:.1f}-{r['ratio_max']:.1f}) "
             f"| {r['gelu_onnx_cpu_s']:.2f} / {r['bare_cpu_s']:.2f} ({r['cpu_ratio_median']:.1f}x) "
             f"| {r['gelu_onnx_s'] / r['nodes'] * 1e6:.0f} "
@@ -152,6 +161,9 @@ def main(argv=None) -> int:
     ap.add_argument("--before", action="append", default=[], metavar="N=DIR",
                     help="for size N, also time the gelu-onnx checkout in DIR (e.g. a `git worktree` of an "
                          "older commit) in the same rotation")
+    ap.add_argument("--files", default="", help="comma-separated further model files (e.g. the deep exports "
+                    "of make_models.py --only deep), run like the chains")
+    ap.add_argument("--plain", action="store_true", help="also time the CLI with GELU_ONNX_SCAN=0")
     ap.add_argument("--with-json", action="store_true", help="also time `fuse --json` (the report of every fusion)")
     ap.add_argument("--note", action="append", default=[], help="a line for the notes under the table")
     ap.add_argument("--json")
@@ -160,9 +172,11 @@ def main(argv=None) -> int:
     doc = {"command": "python benchmarks/bench_chain.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": machine(), "notes": a.note, "results": []}
     before = dict(b.split("=", 1) for b in a.before)
-    for n in (int(s) for s in a.sizes.split(",") if s):
-        r = bench(os.path.join(a.models, f"synth-{n}.onnx"), a.repeats, a.timeout, a.warmup,
-                  os.path.abspath(before[str(n)]) if str(n) in before else None, a.with_json)
+    paths = [(str(n), os.path.join(a.models, f"synth-{n}.onnx")) for n in a.sizes.split(",") if n]
+    paths += [(os.path.basename(f), f) for f in a.files.split(",") if f]
+    for key, path in paths:
+        r = bench(path, a.repeats, a.timeout, a.warmup,
+                  os.path.abspath(before[key]) if key in before else None, a.with_json, a.plain)
         print(json.dumps(r), flush=True)
         doc["results"].append(r)
     if a.json:

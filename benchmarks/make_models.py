@@ -9,6 +9,9 @@ Writes, under --out (never inside the repository):
   ext/ext.onnx       hidden 4096, FFN 16384, vocab 32000, as many layers as --ext-gb needs;
                      weights in --ext-files data files next to it (relative locations)
   synth-N.onnx       N GELUs in a chain, each behind a bias Add, cycling through five spellings
+  deep-{gpt2,bert}-L-{torchscript,dynamo}.onnx
+                     realistic node-heavy exports (--only deep): Hugging Face GPT-2 / BERT with
+                     --deep-layers layers at hidden 64, exported by torch (needs torch + transformers)
 
 The BERT graphs are runnable encoders (opset 17) whose GELU is spelled as the
 TorchScript exporter writes it: MatMul -> Add(bias) -> Div(sqrt 2) -> Erf ->
@@ -204,6 +207,52 @@ def ext_layers(gb: float) -> int:
     return max(1, math.ceil((gb * 1e9 - fixed) / per_layer))
 
 
+def deep_export(arch: str, layers: int, exporter: str, path: str) -> None:
+    """A Hugging Face GPT-2 / BERT of ``layers`` layers at hidden 64 (2 heads,
+    FFN 256, vocab 64, eager attention), random non-zero weights, exported at
+    opset 17 by torch's TorchScript or dynamo exporter: 20k-60k nodes, the
+    node-heavy case a fuse pass meets in practice."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=64, attn_implementation="eager")
+    if arch == "gpt2":
+        cfg = tf.GPT2Config(n_layer=layers, n_embd=64, n_head=2, n_positions=64, **common)
+        net = tf.GPT2Model(cfg)
+    else:
+        cfg = tf.BertConfig(num_hidden_layers=layers, hidden_size=64, num_attention_heads=2,
+                            intermediate_size=256, max_position_embeddings=64, **common)
+        net = tf.BertModel(cfg)
+    with torch.no_grad():
+        for p in net.parameters():  # non-zero biases and LayerNorm parameters
+            p.add_(torch.randn_like(p) * 0.02)
+    net.eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask):
+            return self.m(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+
+    ids = torch.randint(0, 64, (2, 8))
+    args = (ids, torch.ones_like(ids))
+    torch.onnx.export(Wrap(net), args, path, opset_version=OPSET, dynamo=exporter == "dynamo",
+                      input_names=["input_ids", "attention_mask"], output_names=["hidden"],
+                      **({} if exporter == "dynamo" else {"dynamic_axes": {"input_ids": {0: "b", 1: "s"},
+                                                                         "attention_mask": {0: "b", 1: "s"}}}))
+    m = onnx.load(path)
+    for n in m.graph.node:  # per-node stack traces: most of a dynamo file, not what a deployed file holds
+        del n.metadata_props[:]
+        n.doc_string = ""
+    write(m, path)
+    for f in os.listdir(os.path.dirname(path)):  # a dynamo export may leave a .data file beside it
+        if f.startswith(os.path.basename(path)) and f.endswith(".data"):
+            os.remove(os.path.join(os.path.dirname(path), f))
+
+
 def write(model: onnx.ModelProto, path: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -218,6 +267,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ext-gb", type=float, default=4.5, help="weights of the external-data model in GB (default 4.5)")
     ap.add_argument("--ext-files", type=int, default=2, help="data files of the external-data model (default 2)")
     ap.add_argument("--synth", default="1000,10000,100000", help="GELU counts of the synthetic graphs")
+    ap.add_argument("--deep-layers", type=int, default=300, help="layers of the deep GPT-2 / BERT exports (default 300)")
+    ap.add_argument("--deep", default="gpt2-torchscript,gpt2-dynamo,bert-torchscript,bert-dynamo",
+                    help="which deep exports (--only deep)")
     ap.add_argument("--force", action="store_true", help="regenerate files that exist")
     a = ap.parse_args(argv)
     out = os.path.abspath(a.out)
@@ -250,6 +302,16 @@ def main(argv=None) -> int:
                 t = time.perf_counter()
                 write(synthetic(n), path)
                 print(f"{path}: {n} GELUs, {os.path.getsize(path) / 1e6:.1f} MB in {time.perf_counter() - t:.1f} s",
+                      flush=True)
+    if "deep" in only:
+        for which in filter(None, a.deep.split(",")):
+            arch, exporter = which.split("-")
+            path = os.path.join(out, f"deep-{arch}-{a.deep_layers}-{exporter}.onnx")
+            if a.force or not os.path.exists(path):
+                t = time.perf_counter()
+                deep_export(arch, a.deep_layers, exporter, path)
+                n = len(onnx.load(path, load_external_data=False).graph.node)
+                print(f"{path}: {n} nodes, {os.path.getsize(path) / 1e6:.1f} MB in {time.perf_counter() - t:.1f} s",
                       flush=True)
     return 0
 

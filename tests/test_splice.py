@@ -241,15 +241,31 @@ def test_graph_field_twice_takes_the_plain_path(tmp_path, monkeypatch, forced):
     assert _fuse_cli(path, tmp_path / "out.onnx", monkeypatch) == 0
 
 
+def test_mostly_small_tensors_take_the_plain_path(tmp_path, monkeypatch, forced):
+    """A file whose skeleton would be over half of it (a deep export at a
+    small hidden size: its weights are all under the strip size) is read by
+    the plain path, and the output is the same as when it is forced there."""
+    model = _model()
+    path = _save(model, tmp_path / "small.onnx")
+    assert splice.open_skeleton(path, strip_min_bytes=STRIP) is not None  # big weights: spliced
+    assert splice.open_skeleton(path, strip_min_bytes=64 << 10) is None  # none strippable
+    monkeypatch.setattr(splice, "STRIP_MIN_BYTES", 64 << 10)
+    assert _fuse_cli(path, tmp_path / "a.onnx", monkeypatch) == 0
+    assert _fuse_cli(path, tmp_path / "b.onnx", monkeypatch, splice_on=False) == 0
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
 def test_tensor_with_wrong_payload_length_is_refused(tmp_path, monkeypatch, forced):
     """A payload longer than its dims say is bad input (ONNX Runtime refuses
     it; onnx.checker lets it through): the skeleton is never built, and both
     paths refuse it alike (exit 2). It was once passed through unstripped."""
     model = _model()
-    w = next(t for t in model.graph.initializer if t.name == "W2")
+    # W3 (4 KiB, at the strip threshold): the others are stripped, so the
+    # skeleton stays under half the file and is validated
+    w = next(t for t in model.graph.initializer if t.name == "W3")
     w.raw_data = w.raw_data + bytes(4)  # longer than dims say
     path = _save(model, tmp_path / "bad.onnx")
-    with pytest.raises(InputError, match="raw_data holds 16388 bytes"):
+    with pytest.raises(InputError, match="raw_data holds 4100 bytes"):
         splice.open_skeleton(path, strip_min_bytes=STRIP)
     rc_a = _fuse_cli(path, tmp_path / "a.onnx", monkeypatch, splice_on=True)
     rc_b = _fuse_cli(path, tmp_path / "b.onnx", monkeypatch, splice_on=False)

@@ -131,17 +131,26 @@ def find_bias(m: Match) -> None:
 
 
 def last_dim(idx: GraphIndex, name: str):
+    """The last dim of ``name``: from a MatMul / Gemm with a constant weight
+    first (the weight's, as ONNX's shape inference derives it: a declared
+    shape that differs fails the input's check), else its shape (which may
+    run onnx's shape inference over the whole model)."""
+    w = _weight_dim(idx, name)
+    if w is not None:
+        return w
     shape = idx.shape(name)
     if shape and shape[-1] is not None:
         return shape[-1]
-    # MatMul / Gemm with a constant weight: the last dim is the weight's.
+    return None
+
+
+def _weight_dim(idx: GraphIndex, name: str):
     p = idx.producer.get(name)
     if p is None:
         return None
     node = idx.node(p)
     if node.op_type == "MatMul" and len(node.input) == 2:
-        w = node.input[1]
-        dims = const_dims(idx, w)
+        dims = const_dims(idx, node.input[1])
         return dims[-1] if dims and len(dims) >= 2 else None
     if node.op_type == "Gemm" and len(node.input) >= 2:
         dims = const_dims(idx, node.input[1])

@@ -253,7 +253,10 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
 
 def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stripped]]:
     """The skeleton's bytes: the file with each large raw_data initializer
-    replaced by an external-data reference into the file itself."""
+    replaced by an external-data reference into the file itself.
+    Unsupported once the skeleton would be over half the file: mostly nodes
+    and small tensors (a deep export at a small hidden size), which the plain
+    path reads faster (benchmarks/results/deep_exports.md)."""
     size = src.size
     top = list(iter_fields(src, 0, size))
     graphs = [f for f in top if f[0] == _GRAPH]
@@ -263,7 +266,10 @@ def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stri
     stripped: list[_Stripped] = []
     parts: list[bytes] = []
     run = gval  # start of the graph bytes not yet copied
+    kept_max, gone = size // 2, 0  # the skeleton must be under half the file (open_skeleton)
     for num, wt, fs, vs, fe in iter_fields(src, gval, gend):
+        if fe - gone > kept_max:
+            raise Unsupported("the weights are not most of the file")
         if num != _INITIALIZER or wt != LEN or fe - vs < strip_min:
             continue
         rec = _placeholder(src, fs, vs, fe, location, strip_min)
@@ -272,6 +278,7 @@ def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stri
         parts.append(src.read(run, fs))
         parts.append(rec.entry)
         stripped.append(rec)
+        gone += (fe - fs) - len(rec.entry)
         run = fe
     parts.append(src.read(run, gend))
     graph = b"".join(parts)
