@@ -268,7 +268,7 @@ def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stri
     run = gval  # start of the graph bytes not yet copied
     kept_max, gone = size // 2, 0  # the skeleton must be under half the file (open_skeleton)
     for num, wt, fs, vs, fe in iter_fields(src, gval, gend):
-        if fe - gone > kept_max:
+        if fs - gone > kept_max:  # what the skeleton keeps before this field (a field may be the weight itself)
             raise Unsupported("the weights are not most of the file")
         if num != _INITIALIZER or wt != LEN or fe - vs < strip_min:
             continue
@@ -280,6 +280,8 @@ def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stri
         stripped.append(rec)
         gone += (fe - fs) - len(rec.entry)
         run = fe
+    if size - gone > kept_max:
+        raise Unsupported("the weights are not most of the file")
     parts.append(src.read(run, gend))
     graph = b"".join(parts)
     out = src.read(0, gstart) + field_key(_GRAPH, LEN) + varint(len(graph)) + graph + src.read(gend, size)
