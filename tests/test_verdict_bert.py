@@ -20,7 +20,6 @@ import deep_models as D  # noqa: E402
 from gelu_onnx import verify  # noqa: E402
 
 pytestmark = pytest.mark.slow
-TARGETS = ("custom", "standard", "ort")
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +37,7 @@ def _check(orig, fused, **kw):
 
 @pytest.mark.parametrize("exporter,dtype", [("torchscript", "fp32"), ("torchscript", "fp16")])
 def test_correct_fusions_pass(folder, exporter, dtype):
-    for target in TARGETS:
-        orig, fused = _fused(folder, exporter, dtype, target)
-        rep = _check(orig, fused)
-        assert rep.ok, (target, [(r.name, r.message) for r in rep.outputs])
-        assert all(r.verdict == "reference" for r in rep.outputs)
-        want = "float32" if dtype == "fp16" else "float64 (Erf in float32)"
-        assert rep.precise_reference == f"the original in {want} (CPU, optimizations off)"
-        for r in rep.outputs:  # about as accurate as the original (the pooled output has only 256 elements)
-            assert r.fused_mean_dev <= 1.5 * r.original_mean_dev, (target, r)
+    D.assert_correct_passes("bert", exporter, dtype, folder)
 
 
 FAULTS_FP32 = [("custom", k) for k in ("wrong_input", "drop_bias", "double_bias", "erf_as_tanh")] + [

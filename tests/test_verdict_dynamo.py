@@ -16,8 +16,6 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import deep_models as D  # noqa: E402
 
-from gelu_onnx import verify  # noqa: E402
-
 pytestmark = pytest.mark.slow
 
 
@@ -28,15 +26,7 @@ def folder(tmp_path_factory):
 
 @pytest.mark.parametrize("arch,dtype", [("bert", "fp16"), ("vit", "fp32")])
 def test_correct_fusions_pass(folder, arch, dtype):
-    for target in ("custom", "standard", "ort"):
-        orig, fused = D.fused(arch, "dynamo", dtype, target, folder)
-        rep = verify.check(orig, fused, iterations=2)
-        assert rep.ok, (target, [(r.name, r.message) for r in rep.outputs])
-        # fp16: a float32 reference; ViT's Conv has no float64 kernel: float32 inside the float64 one
-        want = "float32" if dtype == "fp16" else "float64 (Conv, Erf in float32)"
-        assert rep.precise_reference == f"the original in {want} (CPU, optimizations off)"
-        for r in rep.outputs:
-            assert r.verdict == "reference" and r.fused_mean_dev <= 1.5 * r.original_mean_dev, (target, r)
+    D.assert_correct_passes(arch, "dynamo", dtype, folder)
 
 
 FAULTS = [("vit", "fp32", "custom", "wrong_input"), ("vit", "fp32", "custom", "erf_as_tanh"),
