@@ -8,9 +8,20 @@ fuser is checked on them).
 No test module imports another."""
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from gelu_onnx import ortlib
+
+# The write-safety tests send SIGHUP / SIGINT to the processes they start and
+# expect the default action. A suite started under nohup, or as a background
+# job of a script, inherits those signals ignored and would pass that on to
+# every child (which then rightly keeps running): give them back their defaults.
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
