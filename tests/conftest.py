@@ -28,3 +28,10 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 def lib():
     """The custom-op library's kernels through their C ABI (ctypes)."""
     return ortlib.kernel_library()
+
+
+@pytest.fixture(scope="session")
+def deep_folder(tmp_path_factory):
+    """Where tests/deep_models.py writes its exports: one folder for the
+    session, as its export cache is per process (the verdict tests share it)."""
+    return tmp_path_factory.mktemp("deep_models")

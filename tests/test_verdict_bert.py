@@ -22,13 +22,8 @@ from gelu_onnx import verify  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("deep_bert")
-
-
-def _fused(folder, exporter, dtype, target, act="gelu"):
-    return D.fused("bert", exporter, dtype, target, folder, act)
+def _fused(deep_folder, exporter, dtype, target, act="gelu"):
+    return D.fused("bert", exporter, dtype, target, deep_folder, act)
 
 
 def _check(orig, fused, **kw):
@@ -36,8 +31,8 @@ def _check(orig, fused, **kw):
 
 
 @pytest.mark.parametrize("exporter,dtype", [("torchscript", "fp32"), ("torchscript", "fp16")])
-def test_correct_fusions_pass(folder, exporter, dtype):
-    D.assert_correct_passes("bert", exporter, dtype, folder)
+def test_correct_fusions_pass(deep_folder, exporter, dtype):
+    D.assert_correct_passes("bert", exporter, dtype, deep_folder)
 
 
 FAULTS_FP32 = [("custom", k) for k in ("wrong_input", "drop_bias", "double_bias", "erf_as_tanh")] + [
@@ -45,18 +40,18 @@ FAULTS_FP32 = [("custom", k) for k in ("wrong_input", "drop_bias", "double_bias"
 
 
 @pytest.mark.parametrize("target,kind", FAULTS_FP32, ids=[f"{t}-{k}" for t, k in FAULTS_FP32])
-def test_planted_fault_fails_fp32(folder, target, kind):
-    orig, fused = _fused(folder, "torchscript", "fp32", target)
+def test_planted_fault_fails_fp32(deep_folder, target, kind):
+    orig, fused = _fused(deep_folder, "torchscript", "fp32", target)
     D.assert_caught(orig, fused, kind)
 
 
 @pytest.mark.parametrize("kind", ["wrong_input", "drop_bias", "double_bias"])
-def test_planted_fault_fails_fp16(folder, kind):
-    orig, fused = _fused(folder, "torchscript", "fp16", "custom")
+def test_planted_fault_fails_fp16(deep_folder, kind):
+    orig, fused = _fused(deep_folder, "torchscript", "fp16", "custom")
     D.assert_caught(orig, fused, kind)
 
 
-def test_quickgelu_alpha_one_fails(folder):
-    orig, fused = _fused(folder, "torchscript", "fp32", "custom", act="quick_gelu")
+def test_quickgelu_alpha_one_fails(deep_folder):
+    orig, fused = _fused(deep_folder, "torchscript", "fp32", "custom", act="quick_gelu")
     assert _check(orig, fused).ok
     D.assert_caught(orig, fused, "quick_alpha_one")

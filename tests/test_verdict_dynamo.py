@@ -19,14 +19,9 @@ import deep_models as D  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("deep_dynamo")
-
-
 @pytest.mark.parametrize("arch,dtype", [("bert", "fp16"), ("vit", "fp32")])
-def test_correct_fusions_pass(folder, arch, dtype):
-    D.assert_correct_passes(arch, "dynamo", dtype, folder)
+def test_correct_fusions_pass(deep_folder, arch, dtype):
+    D.assert_correct_passes(arch, "dynamo", dtype, deep_folder)
 
 
 FAULTS = [("vit", "fp32", "custom", "wrong_input"), ("vit", "fp32", "custom", "erf_as_tanh"),
@@ -35,6 +30,6 @@ FAULTS = [("vit", "fp32", "custom", "wrong_input"), ("vit", "fp32", "custom", "e
 
 
 @pytest.mark.parametrize("arch,dtype,target,kind", FAULTS, ids=["-".join(f) for f in FAULTS])
-def test_planted_fault_fails(folder, arch, dtype, target, kind):
-    orig, fused = D.fused(arch, "dynamo", dtype, target, folder)
+def test_planted_fault_fails(deep_folder, arch, dtype, target, kind):
+    orig, fused = D.fused(arch, "dynamo", dtype, target, deep_folder)
     D.assert_caught(orig, fused, kind)

@@ -19,14 +19,9 @@ import deep_models as D  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("deep_vit")
-
-
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-def test_correct_fusions_pass(folder, dtype):
-    D.assert_correct_passes("vit", "torchscript", dtype, folder)
+def test_correct_fusions_pass(deep_folder, dtype):
+    D.assert_correct_passes("vit", "torchscript", dtype, deep_folder)
 
 
 FAULTS = [("fp32", "ort", "erf_as_tanh"), ("fp32", "custom", "double_bias"), ("fp16", "custom", "drop_bias"),
@@ -34,6 +29,6 @@ FAULTS = [("fp32", "ort", "erf_as_tanh"), ("fp32", "custom", "double_bias"), ("f
 
 
 @pytest.mark.parametrize("dtype,target,kind", FAULTS, ids=["-".join(f) for f in FAULTS])
-def test_planted_fault_fails(folder, dtype, target, kind):
-    orig, fused = D.fused("vit", "torchscript", dtype, target, folder)
+def test_planted_fault_fails(deep_folder, dtype, target, kind):
+    orig, fused = D.fused("vit", "torchscript", dtype, target, deep_folder)
     D.assert_caught(orig, fused, kind)
