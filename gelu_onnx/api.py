@@ -6,7 +6,7 @@ import os
 from onnx import ModelProto
 
 from .errors import InputError
-from .fusion import functions, standin, targets
+from .fusion import checkmodel, functions, targets
 from .fusion import plan as fusion
 from .fusion.report import Fusion, FuseResult
 from .fusion.targets import Target, TargetName
@@ -42,7 +42,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
     ``base_dir``: the folder a ModelProto's external data lives in (lets
     scalar GELU constants stored externally be read). The input ModelProto is
     never modified unless ``inplace=True``. ``input_check``: also keep the
-    input's check model in ``FuseResult.input_check`` (fusion/standin.py;
+    input's check model in ``FuseResult.input_check`` (fusion/checkmodel.py;
     None where the input itself must be checked).
     """
     t = targets.get(target)
@@ -67,7 +67,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         unchanged = False
 
     def keep_check_model(p):
-        res.input_check = standin.check_model(m, p)
+        res.input_check = checkmodel.check_model(m, p)
 
     fusion.rewrite(m, plans, t, res, keep_check_model if input_check and unchanged else None)
     functions.label_inlined(res, fplan)

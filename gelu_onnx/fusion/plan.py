@@ -30,6 +30,7 @@ from .setrewrite import rewrite_graph, set_records
 from .rewrite import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
                       replace_regions, wider)
 from .targets import Target
+from ..onnxio.arraycheck import scanned_table
 from ..onnxio.walk import subgraphs
 
 
@@ -119,8 +120,12 @@ class Plan:
 def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
     """Match every graph without changing anything; indexes stay valid for
     the rewrite that follows (inner graphs first). ``table``: the main
-    graph's onnxio.NodeTable, if validation read it (GraphIndex checks it
-    belongs to the graph)."""
+    graph's onnxio table, if validation read it (GraphIndex checks it
+    belongs to the graph). A main graph is read by the native scanner
+    (its file's bytes, else its own serialization); only what the arrays
+    do not cover is indexed over the protos (onnxio.arraycheck.scanned_table)."""
+    if not getattr(table, "lazy", False) or table.graph is not model.graph:
+        table = scanned_table(model) or table
     out: list[GraphPlan] = []
     inferred = InferredShapes(model)  # runs only when an undeclared shape is asked for
 

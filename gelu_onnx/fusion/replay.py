@@ -22,8 +22,8 @@ For a main graph the native scanner read (an array-backed GraphIndex):
 
 The matcher reads nothing but through the index, and every such read is
 covered by 3, so a confirmed anchor's match is exactly what the matcher
-would return for it (tests/test_scanned_path.py runs both ways on the
-corpus, the bundled exports and chains). The bias search (fusion/bias.py)
+would return for it (tests/test_replay.py runs both ways on the corpus,
+the bundled exports and chains). The bias search (fusion/bias.py)
 is replayed the same way.
 """
 from __future__ import annotations

@@ -40,7 +40,7 @@ class FuseResult:
     # GELUs already written as the target's own op, with nothing to absorb.
     already: list[Fusion] = field(default_factory=list)
     # fuse_with_report(input_check=True): the input's check model, serialized
-    # (fusion/standin.py), or None when the input itself is to be checked.
+    # (fusion/checkmodel.py), or None when the input itself is to be checked.
     input_check: bytes | None = field(default=None, repr=False)
 
     def summary(self) -> dict:

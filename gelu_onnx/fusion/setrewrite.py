@@ -7,7 +7,7 @@ emission (rewrite.emit_nodes) on the representative with placeholder
 names, filled in per member. Everything a rewrite decides is decided where
 it always is (plan.select, rewrite.emit_nodes, the targets); this module
 only writes the same nodes, names and deletions as plan.rewrite does
-(tests/test_scanned_path.py compares the two).
+(tests/test_replay.py compares them with every member matched on its own).
 
 Generated names (NameGen) are the base names when no name anywhere in the
 model, nor another generated one, is one of them; a clash anywhere sends

@@ -105,12 +105,20 @@ def load_model(path) -> LoadedModel:
         raise InputError(f"{where}: not a valid ONNX model (protobuf parse failed: "
                          "truncated, damaged or not ONNX)") from None
     base = os.path.realpath(os.path.dirname(apath))
-    from . import wire
-
-    scan = wire.scan(data) if wire.available() else None
+    scan = _scan(data, model)
     files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
     return LoadedModel(model, apath, base, files, st.st_size, table,
-                       data if isinstance(table, ArrayTable) else None)
+                       scan.data if isinstance(table, ArrayTable) else None)
+
+
+def _scan(data: bytes, model: onnx.ModelProto):
+    """The native scanner's reading of the bytes ``model`` was parsed from;
+    of the model's own serialization when it declines those (protobuf
+    groups, a field given twice: protobuf normalises them)."""
+    from . import wire
+
+    s = wire.scan(data)
+    return s if s is not None else wire.scan_model(model)
 
 
 def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
@@ -129,14 +137,12 @@ def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
             model.ParseFromString(model_or_path)
         except (DecodeError, ValueError, RuntimeError, TypeError):
             raise InputError("model bytes: not a valid ONNX model (protobuf parse failed)") from None
-        from . import wire
-
         data = bytes(model_or_path)
-        scan = wire.scan(data) if wire.available() else None
+        scan = _scan(data, model)
         files, table = validate_model_table(model, base_dir=base_dir, where="model bytes", scan=scan)
         base = os.path.realpath(base_dir) if base_dir is not None else None
         return LoadedModel(model, None, base, files, len(data), table,
-                           data if isinstance(table, ArrayTable) else None)
+                           scan.data if isinstance(table, ArrayTable) else None)
     if isinstance(model_or_path, LoadedModel):
         return model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
