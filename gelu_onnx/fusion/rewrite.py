@@ -216,14 +216,6 @@ def remove_indices(rep, drop) -> None:
     del rep[last:]
 
 
-def referenced_names(model: ModelProto) -> set[str]:
-    refs: set[str] = set()
-    for g in walk_graphs(model.graph):
-        refs.update(chain.from_iterable([n.input for n in g.node]))
-        refs.update([o.name for o in g.output])
-    return refs
-
-
 def drop_dead_constants(model: ModelProto, candidates: set[str], graphs=None) -> None:
     """Delete Constant/folded nodes and initializers among ``candidates`` (the
     constants the fused regions read) that nothing reads any more, and then

@@ -41,9 +41,6 @@ class Template:
         i = self.base.arrays.id_of(name)
         return self.slot_of.get(i) if i >= 0 else None
 
-    def names_of(self, S: np.ndarray, slot: int) -> list[str]:
-        return self.base.arrays.names.take(S[:, slot])
-
     def confirm(self, anchors: np.ndarray):
         """(mask of the anchors confirmed, their slot names: one row each)."""
         base, a = self.base, self.anchor

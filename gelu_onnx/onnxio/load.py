@@ -41,11 +41,6 @@ class LoadedModel:
     # the file's bytes, when the scanner read them (the fuse pass copies from them)
     data: bytes | None = None
 
-    @property
-    def has_external_data(self) -> bool:
-        return bool(self.external_files)
-
-
 
 def _read(path: str, size: int) -> bytes:
     """The file's bytes, read (never mapped: a mapped file that another

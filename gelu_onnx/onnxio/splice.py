@@ -94,10 +94,6 @@ class Skeleton:
     def model(self) -> ModelProto:
         return self.loaded.model
 
-    @property
-    def stripped_bytes(self) -> int:
-        return sum(s.end - s.start for s in self.stripped.values())
-
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

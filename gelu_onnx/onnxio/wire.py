@@ -187,13 +187,6 @@ class Scan:
                                     len(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
         return out
 
-    def distinct(self, strings: list[bytes]) -> bool:
-        """Whether the byte strings are all different from one another."""
-        off = np.zeros(len(strings) + 1, np.int64)
-        np.cumsum([len(b) for b in strings], out=off[1:])
-        blob = b"".join(strings)
-        return bool(self._lib.gos_distinct(blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(strings)))
-
     def find_blob(self, blob: bytes, off: np.ndarray) -> np.ndarray:
         """find() of each string blob[off[k]:off[k+1]], as an int32 array."""
         off = np.ascontiguousarray(off, np.int64)
