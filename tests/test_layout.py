@@ -1,23 +1,26 @@
 """The package's shape (issue 11), read from its source with ast: every
 Python module (package, benchmarks, scripts, models, tests) <= 500 lines, no
 private name imported across modules, target names compared only inside
-gelu_onnx/fusion/targets.py, and the CLI's --target choices are the
-registry's."""
+gelu_onnx/fusion/targets.py, op names listed only in fusion/ops.py (issue
+24), the CLI's --target choices are the registry's, and every test file a
+source or doc cites exists."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 from gelu_onnx import cli
-from gelu_onnx.fusion import targets
+from gelu_onnx.fusion import ops, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = sorted((ROOT / "gelu_onnx").rglob("*.py"))
 # the code that fuses or reports on fused models: the package and its tools
 SOURCES = PACKAGE + sorted(p for d in ("benchmarks", "scripts", "models") for p in (ROOT / d).rglob("*.py"))
 TARGETS_MODULE = ROOT / "gelu_onnx" / "fusion" / "targets.py"
+OPS_MODULE = ROOT / "gelu_onnx" / "fusion" / "ops.py"
 
 
 def rel(p: Path) -> str:
@@ -85,3 +88,31 @@ def test_cli_target_choices_are_the_registry():
         assert tuple(opt.choices) == targets.TARGETS
     assert [targets.get(n).name for n in targets.TARGETS] == list(targets.TARGETS)
     assert targets.DEFAULT in targets.TARGETS
+
+
+def _lists_ops(node) -> bool:
+    """A set, tuple, list or dict literal naming two or more of the matcher's ops."""
+    elts = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+    if not isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) or elts is None:
+        return False
+    return sum(isinstance(e, ast.Constant) and e.value in ops.OPS for e in elts) >= 2
+
+
+@pytest.mark.parametrize("path", [p for p in (ROOT / "gelu_onnx" / "fusion").glob("*.py") if p != OPS_MODULE],
+                         ids=rel)
+def test_the_op_vocabulary_is_written_only_in_the_op_table(path):
+    tree = ast.parse(path.read_text())
+    assert [n.lineno for n in ast.walk(tree) if _lists_ops(n)] == []
+
+
+def test_the_detector_sees_an_op_list():
+    assert _lists_ops(ast.parse('{"Erf", "Tanh"}', mode="eval").body)
+    assert _lists_ops(ast.parse('{"Add": 1, "Mul": 2}', mode="eval").body)
+    assert not _lists_ops(ast.parse('("Pow", 12)', mode="eval").body)
+
+
+def test_cited_test_files_exist():
+    """A comment or doc that names a test file names one that exists."""
+    texts = SOURCES + sorted((ROOT / "plugins").rglob("*.[ch]*")) + sorted((ROOT / "docs").rglob("*.md"))
+    cited = {(rel(p), c) for p in texts for c in re.findall(r"tests/[\w/]+\.py", p.read_text(errors="replace"))}
+    assert sorted(c for c in cited if not (ROOT / c[1]).exists()) == []

@@ -14,7 +14,7 @@ from onnx import ModelProto, TensorProto, shape_inference
 
 from .findings import Match
 from .graph import GraphIndex
-from .region import is_default_domain
+from .ops import is_default_domain
 
 # Initializers larger than this are given to shape inference without their
 # payload (a bias or a Reshape's shape is far smaller; weights are not read).

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 
+from .ops import OPS, cast_to
+
 
 @dataclass
 class ConstInfo:
@@ -64,41 +66,16 @@ def constant_node_value(node: NodeProto, i: int) -> ConstInfo | None:
 
 
 def elem_type_of(value: np.ndarray, fallback: int, node: NodeProto) -> int:
-    if node.op_type == "Cast":
-        for a in node.attribute:
-            if a.name == "to":
-                return a.i
-    return fallback
+    return cast_to(node) or fallback if node.op_type == "Cast" else fallback
 
 
 def fold(node: NodeProto, vals: list[np.ndarray]) -> np.ndarray | None:
-    """Evaluate a tiny all-constant elementwise node in its own dtype."""
-    op = node.op_type
+    """Evaluate a tiny all-constant elementwise node in its own dtype (ops.OPS' fold)."""
+    op = OPS.get(node.op_type)
+    if op is None or op.fold is None or (op.arity == 2 and len(vals) != 2):
+        return None
     try:
         with np.errstate(all="ignore"):
-            if op == "Cast":
-                to = next((a.i for a in node.attribute if a.name == "to"), None)
-                from ..contract import np_dtype
-
-                if to is None:
-                    return None
-                return vals[0].astype(np_dtype(to)) if to in (1, 10, 11, 16) else None
-            if op in ("Identity",):
-                return vals[0]
-            if op == "Sqrt":
-                return np.sqrt(vals[0])
-            if op == "Neg":
-                return np.negative(vals[0])
-            if op == "Reciprocal":
-                return (np.ones((), vals[0].dtype) / vals[0]).astype(vals[0].dtype)
-            if len(vals) != 2:
-                return None
-            a, b = vals
-            if op == "Pow":
-                return np.power(a, b).astype(a.dtype)
-            if a.dtype != b.dtype:
-                return None
-            fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}.get(op)
-            return None if fn is None else fn(a, b).astype(a.dtype)
+            return op.fold(node, *vals[:op.arity])
     except Exception:
         return None

@@ -65,7 +65,7 @@ class NearMiss:
                 "form": self.form}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Match:
     index: GraphIndex
     anchor: int

@@ -72,7 +72,8 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
         if last_dim(idx, x) != bias.size:
             return None, None, (f"bias has {bias.size} values but the input's last dimension is not known to be "
                                 f"{bias.size} (the plugin added bias[i % {bias.size}] over the flat tensor)")
-    m = Match(idx, i, node.output[0], x, [i], set(), "tanh", None, et, et, C.FLOAT_DTYPES[et], 0.0)
+    m = Match(index=idx, anchor=i, root=node.output[0], leaf=x, nodes=[i], consts=set(), form="tanh", alpha=None,
+              leaf_type=et, root_type=et, precision=C.FLOAT_DTYPES[et], error=0.0)
     return m, bias, None
 
 

@@ -30,7 +30,7 @@ from .bias import find_initializer
 from .findings import Code, Match, NearMiss
 from .constants import tensor_value
 from .graph import GraphIndex
-from .ops import ANCHOR_OPS
+from .ops import ANCHOR_OPS, DEFAULT_DOMAINS, OPS
 from .numeric import (PROBE, checked_region, classify, evaluate, intermediate_violation, region_key, region_precision,
                       region_types)
 from .region import (MAX_REGION_NODES, Cone, bad_source, cone, find_leaf, is_scalar,
@@ -71,13 +71,18 @@ def _fast_match(idx: GraphIndex, anchor: int) -> Match | None:
         chk = checked_region(idx, anchor, nodes, leaf, root, sub.consts, key)
         if chk is None:
             continue
-        form, alpha, err, tol, note, precision, leaf_type, root_type = chk
         readers: list[int] = []
-        if err > tol or note or intermediate_violation(idx, nodes, root, sub.consts, readers):
+        if chk.error > chk.tolerance or chk.note or intermediate_violation(idx, nodes, root, sub.consts, readers):
             continue
-        return Match(idx, anchor, root, leaf, nodes, set(sub.consts), form, alpha,
-                     leaf_type, root_type, precision, err, key=key, shared=bool(readers))
+        return _match(idx, anchor, root, leaf, nodes, sub.consts, chk, key=key, shared=bool(readers))
     return None
+
+
+def _match(idx: GraphIndex, anchor: int, root: str, leaf: str, nodes: list[int], consts, chk, **extra) -> Match:
+    """The Match of a region that passed the numeric check ``chk`` (a numeric.Check)."""
+    return Match(index=idx, anchor=anchor, root=root, leaf=leaf, nodes=nodes, consts=set(consts), form=chk.form,
+                 alpha=chk.alpha, leaf_type=chk.leaf_type, root_type=chk.root_type, precision=chk.precision,
+                 error=chk.error, **extra)
 
 
 def _leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str], pre):
@@ -155,7 +160,7 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
     """The whole search: the match, or the near-miss with its reason."""
     anode = idx.node(anchor)
     aname = anode.name or f"{anode.op_type}#{anchor}"
-    guess = {"Erf": "erf", "Tanh": "tanh", "Sigmoid": "sigmoid"}[anode.op_type]
+    guess = OPS[anode.op_type].family
     reasons: list[tuple[int, Code, str]] = []  # (priority, code, reason)
 
     def miss(code, reason):
@@ -182,21 +187,19 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
         if chk is None:
             rough.append((root, leaf, nodes, sub))
             continue
-        form, alpha, err, tol, note, precision, leaf_type, root_type = chk
-        if err > tol:
-            if math.isfinite(err):
-                miss(Code.TOLERANCE, f"computes a function {err:.3g} away from the {form} GELU "
-                                  f"(tolerance {tol:g} for {precision})")
+        if chk.error > chk.tolerance:
+            if math.isfinite(chk.error):
+                miss(Code.TOLERANCE, f"computes a function {chk.error:.3g} away from the {chk.form} GELU "
+                                  f"(tolerance {chk.tolerance:g} for {chk.precision})")
             continue
-        if note:
-            miss(*note)
+        if chk.note:
+            miss(*chk.note)
             continue
         v = intermediate_violation(idx, nodes, root, sub.consts)
         if v:
             miss(*v)
             continue
-        return Match(idx, anchor, root, leaf, nodes, set(sub.consts), form, alpha,
-                     leaf_type, root_type, precision, err), None
+        return _match(idx, anchor, root, leaf, nodes, sub.consts, chk), None
     if not reasons and rough:
         # Say how far the closest candidate region is from a GELU.
         best = None
@@ -293,7 +296,7 @@ def find_matches(idx: GraphIndex):
     misses: list[NearMiss] = []
     claimed: set[int] = set()
     for i, op in enumerate(idx.ops):
-        if op not in ANCHOR_OPS or idx.domains[i] not in ("", "ai.onnx") or i in claimed:
+        if op not in ANCHOR_OPS or idx.domains[i] not in DEFAULT_DOMAINS or i in claimed:
             continue
         m, miss = match_anchor(idx, i)
         if m is None:

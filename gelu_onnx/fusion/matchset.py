@@ -50,9 +50,10 @@ class MatchSet:
         a = int(self.anchors[j])
         row = self.S[j]
         name = lambda n: names[int(row[self.tpl.slot(n)])]  # noqa: E731
-        out = Match(m.index, a, name(m.root), name(m.leaf), [a + d for d in self.offsets().tolist()],
-                    {name(c) for c in m.consts}, m.form, m.alpha, m.leaf_type, m.root_type, m.precision, m.error,
-                    key=m.key, shared=m.shared)
+        out = Match(index=m.index, anchor=a, root=name(m.root), leaf=name(m.leaf),
+                    nodes=[a + d for d in self.offsets().tolist()], consts={name(c) for c in m.consts}, form=m.form,
+                    alpha=m.alpha, leaf_type=m.leaf_type, root_type=m.root_type, precision=m.precision,
+                    error=m.error, key=m.key, shared=m.shared)
         if self.bias is not None:
             self.bias.apply(out, j)
         return out

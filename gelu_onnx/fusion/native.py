@@ -117,7 +117,7 @@ def _sigmoid(alpha):
 
 
 # every op type describe() can recognise
-_SINGLE_OP_NAMES = frozenset({"Gelu", "BiasGelu", "FastGelu", "QuickGelu", *C.FORM_OF_OP_TYPE})
+_SINGLE_OP_NAMES = frozenset({*MS_SCHEMAS, *C.FORM_OF_OP_TYPE})  # ONNX Gelu is spelled as com.microsoft's
 
 
 def find_native(idx: GraphIndex):
@@ -157,8 +157,8 @@ def find_native(idx: GraphIndex):
                                    f"the element type of {node.op_type}'s input is not declared "
                                    f"(run onnx.shape_inference on the model first)", form))
             continue
-        m = Match(idx, i, y, x, [i], set(), form, alpha, et, et, C.FLOAT_DTYPES.get(et, str(et)), 0.0,
-                  single_op=node)
+        m = Match(index=idx, anchor=i, root=y, leaf=x, nodes=[i], consts=set(), form=form, alpha=alpha, leaf_type=et,
+                  root_type=et, precision=C.FLOAT_DTYPES.get(et, str(et)), error=0.0, single_op=node)
         if has_bias:
             m.bias, m.bias_input, m.bias_inside = ins[1], x, True
         matches.append(m)

@@ -5,6 +5,7 @@ structure and constants share one check (the region cache)."""
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from onnx import TensorProto
@@ -12,27 +13,13 @@ from onnx import TensorProto
 from .. import contract as C
 from .findings import Code
 from .graph import GraphIndex
-from .ops import BINARY_OPS
+from .ops import DEFAULT_DOMAINS, OPS, cast_to
 
 
-# Probe grid: dense where GELU bends, sparse tails, tiny magnitudes.
-PROBE = np.unique(
-    np.concatenate(
-        [
-            np.linspace(-8.0, 8.0, 321),
-            [-100.0, -50.0, -20.0, -12.0, 12.0, 20.0, 50.0, 100.0],
-            [-1e-3, -1e-6, 1e-6, 1e-3],
-        ]
-    )
-)
-
-
+# Probe grid: dense where GELU bends, sparse tails, tiny magnitudes (0 left out).
+PROBE = np.unique(np.concatenate([np.linspace(-8.0, 8.0, 321), [-100.0, -50.0, -20.0, -12.0, 12.0, 20.0, 50.0, 100.0],
+                                  [-1e-3, -1e-6, 1e-6, 1e-3]]))
 PROBE = PROBE[PROBE != 0.0]
-
-
-_erf = np.frompyfunc(math.erf, 1, 1)
-
-
 PRECISION_ORDER = ["bfloat16", "float16", "float32", "float64"]
 
 
@@ -40,7 +27,7 @@ def gelu_reference(form: str, x: np.ndarray, alpha: float | None = None) -> np.n
     """The exact GELU family functions in float64."""
     x = np.asarray(x, dtype=np.float64)
     if form == "erf":
-        return 0.5 * x * (1.0 + _erf(x * C.INV_SQRT2).astype(np.float64))
+        return 0.5 * x * (1.0 + OPS["Erf"].f64(x * C.INV_SQRT2))
     if form == "tanh":
         return 0.5 * x * (1.0 + np.tanh(C.SQRT_2_OVER_PI * (x + C.TANH_CUBIC_COEFF * x**3)))
     if form == "sigmoid":
@@ -66,27 +53,8 @@ def evaluate(idx: GraphIndex, nodes: list[int], leaf: str, x: np.ndarray,
     with np.errstate(all="ignore"):
         for i in _dependency_order(idx, nodes):
             node = idx.node(i)
-            a = get(node.input[0])
-            op = node.op_type
-            if op in BINARY_OPS:
-                b = get(node.input[1])
-                r = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
-                     "Pow": np.power}[op](a, b)
-            elif op == "Erf":
-                r = _erf(a).astype(np.float64)
-            elif op == "Tanh":
-                r = np.tanh(a)
-            elif op == "Sigmoid":
-                r = 1.0 / (1.0 + np.exp(-a))
-            elif op == "Neg":
-                r = -a
-            elif op == "Sqrt":
-                r = np.sqrt(a)
-            elif op == "Reciprocal":
-                r = 1.0 / a
-            else:  # Cast, Identity: value-preserving in float64
-                r = a
-            vals[node.output[0]] = np.asarray(r, dtype=np.float64)
+            op = OPS[node.op_type]
+            vals[node.output[0]] = np.asarray(op.f64(*map(get, node.input[:op.arity])), dtype=np.float64)
     return vals
 
 
@@ -110,8 +78,6 @@ def _dependency_order(idx: GraphIndex, nodes: list[int]) -> list[int]:
 
 
 _QUICK_X = np.array([-3.0, 0.5, 3.0])
-
-
 _QUICK_REF = gelu_reference("erf", _QUICK_X)
 
 
@@ -137,9 +103,7 @@ def region_types(idx: GraphIndex, nodes: list[int], leaf: str, consts: set[str])
             if node.op_type == "Cast":
                 types[out] = next(a.i for a in node.attribute if a.name == "to")
                 continue
-            ins = [n for n in node.input if n]
-            if node.op_type == "Pow":
-                ins = ins[:1]  # the exponent may have another type
+            ins = [n for n in node.input if n][:OPS[node.op_type].typed]
             known = [types[n] for n in ins if n in types]
             if known:
                 types.setdefault(out, known[0])
@@ -179,10 +143,9 @@ def check_function(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, ro
 
 
 def classify(op: str, vals, root_vals, x, nodes, idx, tol):
-    if op == "Erf":
-        return "erf", None, _rel_error(root_vals, gelu_reference("erf", x), x), None
-    if op == "Tanh":
-        return "tanh", None, _rel_error(root_vals, gelu_reference("tanh", x), x), None
+    family = OPS[op].family
+    if family != "sigmoid":
+        return family, None, _rel_error(root_vals, gelu_reference(family, x), x), None
     # Sigmoid: x*sigmoid(alpha*x) (QuickGELU) when the sigmoid's argument is
     # linear in x — decided by structure, never by closeness, since in bf16
     # QuickGELU is within tolerance of the tanh GELU — else the tanh GELU
@@ -212,7 +175,7 @@ def _type_only_reader(idx: GraphIndex, c: int, o: str, region: set[int], consts)
     region's constants and only the region reads it, it goes with the region
     (onnxscript writes every literal as CastLike(literal, neighbour))."""
     n = idx.node(c)
-    if n.op_type != "CastLike" or n.domain not in ("", "ai.onnx") or list(n.input[1:]) != [o] or n.input[0] == o:
+    if n.op_type != "CastLike" or n.domain not in DEFAULT_DOMAINS or list(n.input[1:]) != [o] or n.input[0] == o:
         return False
     out = n.output[0]
     return out in consts and out not in idx.graph_outputs and all(r in region for r in idx.consumers.get(out, []))
@@ -245,22 +208,33 @@ def region_key(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: 
             else:
                 ins.append(("?", t))  # never shared: no key collision with another region
         op = idx.ops[i]
-        to = next((a.i for a in idx.node(i).attribute if a.name == "to"), None) if op == "Cast" else None
-        parts.append((op, to, tuple(ins)))
+        parts.append((op, cast_to(idx.node(i)) if op == "Cast" else None, tuple(ins)))
     return tuple(parts), nodes.index(anchor), pos.get(root), idx.elem_type(leaf)
+
+
+class Check(NamedTuple):
+    """The numeric check of one region (checked_region)."""
+
+    form: str
+    alpha: float | None
+    error: float
+    tolerance: float
+    note: tuple | None  # (Code, reason): numerically a GELU of this family, yet not fused
+    precision: str
+    leaf_type: int
+    root_type: int
 
 
 def checked_region(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts, key=None):
     """The numeric check of one region, cached per graph by region_key
     (a chain of N identical GELUs is checked once; ``key``: that key, when
-    the caller has it). None when the 3-point pre-check rejects it; else
-    (form, alpha, err, tol, note, precision, leaf_type, root_type)."""
+    the caller has it). None when the 3-point pre-check rejects it; else a Check."""
     cache = idx.check_cache
     if key is None:
         key = region_key(idx, anchor, nodes, leaf, root, consts)
     if key in cache:
         return cache[key]
-    if idx.node(anchor).op_type != "Sigmoid" and not _roughly_gelu(idx, nodes, leaf, root):
+    if OPS[idx.node(anchor).op_type].family != "sigmoid" and not _roughly_gelu(idx, nodes, leaf, root):
         cache[key] = None
         return None
     types = region_types(idx, nodes, leaf, consts)
@@ -268,7 +242,7 @@ def checked_region(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, ro
     form, alpha, err, tol, note = check_function(idx, anchor, nodes, leaf, root, precision)
     leaf_type = types.get(leaf) or TensorProto.FLOAT
     root_type = types.get(root) or leaf_type
-    cache[key] = (form, alpha, err, tol, note, precision, leaf_type, root_type)
+    cache[key] = Check(form, alpha, err, tol, note, precision, leaf_type, root_type)
     return cache[key]
 
 

@@ -9,17 +9,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .graph import GraphIndex
-from .ops import ANCHOR_OPS, BINARY_OPS, ELEMENTWISE
+from .ops import ANCHOR_OPS, BINARY_OPS, DEFAULT_DOMAINS, ELEMENTWISE, OPS
 
 
 # How far we look: a GELU spelling has at most ~12 elementwise nodes; the
 # forward walk from the transcendental to the root is at most 4 deep.
 MAX_REGION_NODES = 24
-
-
 MAX_ROOT_DEPTH = 5
-
-
 MAX_LEAF_DEPTH = 6
 
 
@@ -32,23 +28,15 @@ class Cone:
     truncated: bool = False
 
 
-def is_default_domain(node) -> bool:
-    return node.domain in ("", "ai.onnx")
-
-
 def region_node_ok(idx: GraphIndex, i: int) -> bool:
     op = idx.ops[i]
     return (
         op in ELEMENTWISE
-        and idx.domains[i] in ("", "ai.onnx")
+        and idx.domains[i] in DEFAULT_DOMAINS
         and len(idx.outs[i]) == 1
-        and _operands_ok(idx.raw_ins[i], op)
+        and len(idx.raw_ins[i]) == OPS[op].arity
+        and all(idx.raw_ins[i])  # none omitted ("" has no value to compute with)
     )
-
-
-def _operands_ok(ins, op: str) -> bool:
-    """The op's operand count, none of them omitted ("" has no value to compute with)."""
-    return len(ins) == (2 if op in BINARY_OPS else 1) and all(ins)
 
 
 def is_scalar(value: np.ndarray) -> bool:
@@ -82,7 +70,7 @@ def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
     readers = idx.consumers.get(name, [])
     for i in readers:
         ins = idx.raw_ins[i]
-        if idx.ops[i] not in BINARY_OPS or idx.domains[i] not in ("", "ai.onnx") or len(ins) != 2:
+        if idx.ops[i] not in BINARY_OPS or idx.domains[i] not in DEFAULT_DOMAINS or len(ins) != 2:
             return False
         other = ins[1] if ins[0] == name else ins[0]
         shape = idx.shape(other) if other != name else None

@@ -28,7 +28,7 @@ is replayed the same way.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -142,8 +142,7 @@ def _match_group(idx, group: np.ndarray, sets: list, singles: dict) -> None:
         ok, S = tpl.confirm(pending)
         ok[0] = True  # the representative itself
         S[0] = tpl.slot_ids
-        rep = Match(idx, a, m.root, m.leaf, m.nodes, m.consts, m.form, m.alpha, m.leaf_type, m.root_type,
-                    m.precision, m.error, key=m.key, shared=m.shared)
+        rep = replace(m, index=idx, anchor=a)
         sets.append(MatchSet(rep, tpl, pending[ok], S[ok]))
         pending = pending[~ok]
     for a in pending.tolist():
@@ -176,8 +175,7 @@ def replay_bias(idx, sets: list[MatchSet]) -> tuple[list[MatchSet], list[Match]]
                 break
             rep = ms.member(int(pending[0]))
             view = TraceIndex(idx)
-            probe = Match(view, rep.anchor, rep.root, rep.leaf, rep.nodes, rep.consts, rep.form, rep.alpha,
-                          rep.leaf_type, rep.root_type, rep.precision, rep.error, key=rep.key, shared=rep.shared)
+            probe = replace(rep, index=view)  # the sets' bias is not searched yet: none to copy
             try:
                 find_bias(probe)
             except TraceEscape:

@@ -93,8 +93,8 @@ def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: 
     target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
     biased = names(f"{m.leaf}_biased")
     add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
-    shifted = Match(m.index, m.anchor, m.root, biased, m.nodes, set(), m.form, m.alpha, m.leaf_type,
-                    m.root_type, m.precision, 0.0)
+    shifted = Match(index=m.index, anchor=m.anchor, root=m.root, leaf=biased, nodes=m.nodes, consts=set(), form=m.form,
+                    alpha=m.alpha, leaf_type=m.leaf_type, root_type=m.root_type, precision=m.precision, error=0.0)
     return [add] + emit_nodes(shifted, em, compute_type, False, names)
 
 

@@ -169,9 +169,9 @@ class _SetTemplate:
         if rep.bias is not None:
             slots.update(B=rep.bias, H=rep.bias_input)
         tok = {k: f"{MARK}{k}{MARK}" for k in slots}
-        probe = Match(_ProbeIndex(idx, {tok[k]: v for k, v in slots.items()}), rep.anchor, tok["R"], tok["L"],
-                      rep.nodes, set(rep.consts), rep.form, rep.alpha, rep.leaf_type, rep.root_type, rep.precision,
-                      rep.error)
+        probe = Match(index=_ProbeIndex(idx, {tok[k]: v for k, v in slots.items()}), anchor=rep.anchor, root=tok["R"],
+                      leaf=tok["L"], nodes=rep.nodes, consts=set(rep.consts), form=rep.form, alpha=rep.alpha,
+                      leaf_type=rep.leaf_type, root_type=rep.root_type, precision=rep.precision, error=rep.error)
         if rep.bias is not None:
             probe.bias, probe.bias_input, probe.bias_node = tok["B"], tok["H"], rep.bias_node
         rec = _Recorder()

@@ -1,6 +1,7 @@
 // The op contract shared by the ONNX Runtime custom-op library and the
 // TensorRT plugin. Mirrors gelu_onnx/contract.py (tests/test_contract.py
-// checks that the two agree, the op table row by row).
+// checks that the two agree, the op table row by row, and that the ORT
+// library and the TensorRT core expand GELU_ONNX_FOR_EACH_OP, not a copy).
 #pragma once
 
 #define GELU_ONNX_DOMAIN "ai.gelu_onnx"

@@ -244,7 +244,7 @@ void ORT_API_CALL KernelComputeV1(void* kp, OrtKernelContext* ctx) {
 // Output has X's type and shape. The API reports an unknown shape as rank 0,
 // indistinguishable from a scalar: setting that would declare the output a
 // scalar, and ORT then pre-allocates a {} output inside If/Loop bodies (found
-// by tests/test_gelu_graphs.py: loop-with-nested-if). So only a known rank is
+// by tests/test_corpus.py: subgraph/loop-with-nested-if). So only a known rank is
 // propagated; otherwise the output shape stays unknown.
 OrtStatus* ORT_API_CALL InferOutputShape(const OrtCustomOp*, OrtShapeInferContext* ctx) {
   OrtTensorTypeAndShapeInfo* info = nullptr;  // owned by the context
