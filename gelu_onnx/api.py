@@ -6,7 +6,8 @@ import os
 from onnx import ModelProto
 
 from .errors import InputError
-from .fusion import checkmodel, functions, targets
+from .fusion.rewrite import checkmodel
+from .fusion import functions, targets
 from .fusion import plan as fusion
 from .fusion.report import Fusion, FuseResult
 from .fusion.targets import Target, TargetName
@@ -42,7 +43,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
     ``base_dir``: the folder a ModelProto's external data lives in (lets
     scalar GELU constants stored externally be read). The input ModelProto is
     never modified unless ``inplace=True``. ``input_check``: also keep the
-    input's check model in ``FuseResult.input_check`` (fusion/checkmodel.py;
+    input's check model in ``FuseResult.input_check`` (fusion/rewrite/checkmodel.py;
     None where the input itself must be checked).
     """
     t = targets.get(target)

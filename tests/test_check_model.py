@@ -1,4 +1,4 @@
-"""The input's check model (gelu_onnx/fusion/checkmodel.py): fuse checks a chain of
+"""The input's check model (gelu_onnx/fusion/rewrite/checkmodel.py): fuse checks a chain of
 repeated GELUs on a model where repeats are stood in for. It must refuse
 every input that onnx.checker's full check of the input itself refuses.
 

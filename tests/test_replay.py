@@ -1,4 +1,4 @@
-"""Template replay (fusion/replay.py: the matcher run once per distinct
+"""Template replay (fusion/replay/matches.py: the matcher run once per distinct
 neighbourhood, its answer carried to the other anchors) against the
 definition it stands for, the matcher run on every anchor on its own: the
 same fusions, near-misses, notes and GELUs already in the target's ops, and
@@ -194,3 +194,26 @@ def test_a_member_that_differs(kind, target, monkeypatch):
 
 if __name__ == "__main__":  # a chain file for benchmarks by hand
     onnx.save(chain(int(sys.argv[1])), sys.argv[2])
+
+
+def test_every_main_graph_is_read_by_the_scanner():
+    """The API's in-memory model and bytes the scanner declines (the graph
+    field twice, which protobuf merges) are read by the scanner too: their
+    own serialization. A graph with a subgraph is not (yet): indexed over the protos."""
+    from gelu_onnx.fusion.plan import plan
+
+    m = chain(5)
+    assert plan(m).graphs[-1].index.arrays is not None
+    data = m.SerializeToString()
+    twice = data + bytes([0x3A, 3, 0x52, 1, 0x67])  # graph (field 7) again: doc_string (field 10) "g"
+    loaded = load_model_proto(twice)
+    assert loaded.model.graph.doc_string == "g" and isinstance(loaded.table, ArrayTable)
+    res = gelu_onnx.fuse_with_report(loaded, "custom", inplace=True)
+    assert len(res.fusions) == 5
+    sub = onnx.ModelProto()
+    sub.CopyFrom(m)
+    body = helper.make_graph([helper.make_node("Identity", ["y"], ["z"])], "then", [],
+                             [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    sub.graph.node.append(helper.make_node("If", ["c"], ["w"], then_branch=body, else_branch=body))
+    sub.graph.input.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    assert plan(sub).graphs[-1].index.arrays is None

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from onnx import ModelProto
 
 from .. import contract as C
-from .graph import GraphIndex
-from .findings import Match
-from .findings import NearMiss
-from .rewrite import Emission
+from .index.graph import GraphIndex
+from .match.findings import Match
+from .match.findings import NearMiss
+from .rewrite.emit import Emission
 
 
 @dataclass
@@ -40,7 +40,7 @@ class FuseResult:
     # GELUs already written as the target's own op, with nothing to absorb.
     already: list[Fusion] = field(default_factory=list)
     # fuse_with_report(input_check=True): the input's check model, serialized
-    # (fusion/checkmodel.py), or None when the input itself is to be checked.
+    # (fusion/rewrite/checkmodel.py), or None when the input itself is to be checked.
     input_check: bytes | None = field(default=None, repr=False)
 
     def summary(self) -> dict:

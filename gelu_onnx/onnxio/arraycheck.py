@@ -67,7 +67,7 @@ def scanned_table(model) -> ArrayTable | None:
     ArrayTable of its own serialization, or None when the arrays do not
     cover it (subgraphs, sparse initializers, names the scanner declines,
     names written twice or out of order): the fuse pass then indexes the
-    protos (fusion/graph.py)."""
+    protos (fusion/index/graph.py)."""
     from .wire import scan_model
 
     s = scan_model(model)

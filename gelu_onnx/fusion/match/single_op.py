@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from onnx import AttributeProto, NodeProto
 
-from .. import contract as C
-from .graph import GraphIndex
+from ... import contract as C
+from ..index.graph import GraphIndex
 from .findings import Match
 from .findings import Code, NearMiss
 
@@ -195,7 +195,7 @@ def already_target(m: Match, em, use_bias: bool) -> bool:
 def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodeProto]:
     """The replacement for a single-op GELU. A bias inside the old node that
     the target's op cannot take becomes an Add in front."""
-    from .rewrite import emit_after_add, emit_nodes
+    from ..rewrite.emit import emit_after_add, emit_nodes
 
     if not m.bias_inside or use_bias:
         return emit_nodes(m, em, compute_type, use_bias, names)
@@ -205,7 +205,7 @@ def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodePro
 def drop_unused_functions(model) -> None:
     """Our model-local functions that no node calls any more (the model was
     moved from the custom target to another) are removed."""
-    from ..onnxio.walk import subgraphs
+    from ...onnxio.walk import subgraphs
 
     if not any(f.domain == C.DOMAIN for f in model.functions):
         return  # none of ours to drop: no walk over the model

@@ -1,15 +1,15 @@
-"""Matches carried from one traced run (fusion/replay.py) to many anchors,
+"""Matches carried from one traced run (fusion/replay/matches.py) to many anchors,
 kept as arrays: the representative's Match and, per anchor, the string ids
 of the names in the template's slots. A member becomes a Match object only
 when something needs one (``member``); the fuse pass otherwise works on a
-set as a whole (fusion/setrewrite.py)."""
+set as a whole (fusion/rewrite/setrewrite.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from .findings import Match
+from ..match.findings import Match
 
 
 @dataclass

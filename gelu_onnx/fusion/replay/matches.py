@@ -1,11 +1,11 @@
-"""Template replay: the matcher (fusion/match.py, the one definition of what
+"""Template replay: the matcher (fusion/match/matcher.py, the one definition of what
 a GELU is) runs once per distinct neighbourhood, and its answer is carried
 to every other anchor that provably reads the same graph around it.
 
 For a main graph the native scanner read (an array-backed GraphIndex):
 
 1. anchors are grouped by the op types of the nodes around them;
-2. the group's first anchor is matched on a TraceIndex (fusion/trace.py),
+2. the group's first anchor is matched on a TraceIndex (fusion/replay/trace.py),
    which records every node the matcher read and every question it asked
    about a name, with the answer;
 3. every other anchor of the group is confirmed with array gathers: each
@@ -23,7 +23,7 @@ For a main graph the native scanner read (an array-backed GraphIndex):
 The matcher reads nothing but through the index, and every such read is
 covered by 3, so a confirmed anchor's match is exactly what the matcher
 would return for it (tests/test_replay.py runs both ways on the corpus,
-the bundled exports and chains). The bias search (fusion/bias.py)
+the bundled exports and chains). The bias search (fusion/match/bias.py)
 is replayed the same way.
 """
 from __future__ import annotations
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .bias import find_bias
-from .carry import carry_shapes
-from .findings import Match, NearMiss
-from .ops import ANCHOR_OPS
-from .match import match_anchor
+from ..match.bias import find_bias
+from ..index.carry import carry_shapes
+from ..match.findings import Match, NearMiss
+from ..ops import ANCHOR_OPS
+from ..match.matcher import match_anchor
 from .matchset import BiasSlots, MatchSet
 from .template import Template
 from .trace import TraceEscape, TraceIndex

@@ -5,7 +5,7 @@ its x and constants, so its root's shape is their broadcast, taken in one
 step (GraphIndex.region_inputs) rather than node by node."""
 from __future__ import annotations
 
-from .ops import ELEMENTWISE
+from ..ops import ELEMENTWISE
 
 
 def elementwise_shape(idx, name: str) -> list | None:

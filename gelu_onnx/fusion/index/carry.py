@@ -1,4 +1,4 @@
-"""fusion.shapes.elementwise_shape for many names of an array-backed main
+"""fusion.index.shapes.elementwise_shape for many names of an array-backed main
 graph at once (a chain of 100 000 GELUs asks it 100 000 times, each answer
 one step from the last).
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..onnxio.arraytable import unique
-from .ops import ELEMENTWISE
+from ...onnxio.arraytable import unique
+from ..ops import ELEMENTWISE
 from .shapes import broadcast
 
 _CLOSURE_ROUNDS = 8  # rounds of taking in the arguments' arguments

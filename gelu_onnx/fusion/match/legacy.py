@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from onnx import NodeProto, TensorProto, numpy_helper
 
-from .. import contract as C
-from .constants import tensor_value
-from .graph import GraphIndex
+from ... import contract as C
+from ..index.constants import tensor_value
+from ..index.graph import GraphIndex
 from .bias import last_dim
 from .findings import Match
 from .findings import Code, NearMiss
 
 if TYPE_CHECKING:
-    from .rewrite import Emission, NameGen
+    from ..rewrite.emit import Emission, NameGen
 
 OP_TYPE = "CustomGeluPluginDynamic"
 _TYPE_IDS = {0: TensorProto.FLOAT, 1: TensorProto.FLOAT16}
@@ -81,7 +81,7 @@ def legacy_nodes(m: Match, bias: np.ndarray | None, em: Emission, compute_type: 
                  graph) -> list[NodeProto]:
     """Replacement nodes; the bias becomes a 1-D initializer of X's type,
     the op's second input where the op takes it (em.inputs_bias)."""
-    from .rewrite import emit_after_add, emit_nodes
+    from ..rewrite.emit import emit_after_add, emit_nodes
 
     if bias is None:
         return emit_nodes(m, em, compute_type, False, names)
