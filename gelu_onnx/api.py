@@ -89,7 +89,8 @@ def inspect(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, 
     if functions.holds_gelu(m):
         # what fuse would do there (in bodies or inlined) is found by doing it on a copy
         done = fuse_with_report(m, t, base_dir=base_dir)
-        return FuseResult(m, t.name, done.fusions, done.near_misses, done.notes, done.already)
+        return FuseResult(m, t.name, fusions=done.fusions, near_misses=done.near_misses, notes=done.notes,
+                          already=done.already)
     res = FuseResult(m, t.name)
     fusion.report(fusion.plan(m, base_dir, table), t, res)
     return res

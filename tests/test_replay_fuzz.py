@@ -16,7 +16,6 @@ import os
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper
 
 import gelu_onnx

@@ -8,12 +8,11 @@ from onnx import ModelProto
 
 from .. import contract as C
 from .index.graph import GraphIndex
-from .match.findings import Match
-from .match.findings import NearMiss
+from .match.findings import Match, NearMiss
 from .rewrite.emit import Emission
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Fusion:
     form: str
     bias: bool
@@ -70,5 +69,5 @@ def record(idx: GraphIndex, mt: Match, em: Emission, use_bias: bool, compute_typ
     names = [idx.label(i) for i in mt.nodes]
     if use_bias and mt.bias_node is not None:
         names.insert(0, idx.label(mt.bias_node))
-    return Fusion(mt.form, use_bias, mt.alpha, idx.path, mt.root, names,
-                  C.FLOAT_DTYPES.get(compute_type, str(compute_type)), em.qualified)
+    return Fusion(form=mt.form, bias=use_bias, alpha=mt.alpha, graph=idx.path, root=mt.root, nodes=names,
+                  dtype=C.FLOAT_DTYPES.get(compute_type, str(compute_type)), op=em.qualified)

@@ -19,7 +19,7 @@ from .onepass import NodeTable
 from .validate import Validator, one_line, quote, validate_model, validate_model_table
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoadedModel:
     """A parsed, validated model and where it came from.
 
@@ -102,8 +102,8 @@ def load_model(path) -> LoadedModel:
     base = os.path.realpath(os.path.dirname(apath))
     scan = _scan(data, model)
     files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
-    return LoadedModel(model, apath, base, files, st.st_size, table,
-                       scan.data if isinstance(table, ArrayTable) else None)
+    return LoadedModel(model=model, path=apath, base_dir=base, external_files=files, file_size=st.st_size,
+                       table=table, data=scan.data if isinstance(table, ArrayTable) else None)
 
 
 def _scan(data: bytes, model: onnx.ModelProto):
@@ -125,7 +125,7 @@ def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
     if isinstance(model_or_path, onnx.ModelProto):
         files = validate_model(model_or_path, base_dir=base_dir, where="model")
         base = os.path.realpath(base_dir) if base_dir is not None else None
-        return LoadedModel(model_or_path, None, base, files, 0)
+        return LoadedModel(model=model_or_path, base_dir=base, external_files=files)
     if isinstance(model_or_path, (bytes, bytearray, memoryview)):
         model = onnx.ModelProto()
         try:
@@ -136,8 +136,8 @@ def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
         scan = _scan(data, model)
         files, table = validate_model_table(model, base_dir=base_dir, where="model bytes", scan=scan)
         base = os.path.realpath(base_dir) if base_dir is not None else None
-        return LoadedModel(model, None, base, files, len(data), table,
-                           scan.data if isinstance(table, ArrayTable) else None)
+        return LoadedModel(model=model, base_dir=base, external_files=files, file_size=len(data), table=table,
+                           data=scan.data if isinstance(table, ArrayTable) else None)
     if isinstance(model_or_path, LoadedModel):
         return model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):

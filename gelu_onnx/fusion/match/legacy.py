@@ -19,8 +19,7 @@ from ... import contract as C
 from ..index.constants import tensor_value
 from ..index.graph import GraphIndex
 from .bias import last_dim
-from .findings import Match
-from .findings import Code, NearMiss
+from .findings import Match, Code, NearMiss
 
 if TYPE_CHECKING:
     from ..rewrite.emit import Emission, NameGen

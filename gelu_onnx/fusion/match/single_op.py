@@ -20,8 +20,7 @@ from onnx import AttributeProto, NodeProto
 
 from ... import contract as C
 from ..index.graph import GraphIndex
-from .findings import Match
-from .findings import Code, NearMiss
+from .findings import Match, Code, NearMiss
 
 
 def _attr(node: NodeProto, name: str):

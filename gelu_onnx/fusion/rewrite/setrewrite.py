@@ -366,5 +366,5 @@ def set_records(idx, ss) -> list[Fusion]:
     m = ms.match
     dtype = C.FLOAT_DTYPES.get(ss.compute_type, str(ss.compute_type))
     use_bias = ss.use_bias
-    return [Fusion(m.form, use_bias, m.alpha, idx.path, roots[j], labels[j * width:(j + 1) * width], dtype,
-                   em.qualified) for j in range(len(ms))]
+    return [Fusion(form=m.form, bias=use_bias, alpha=m.alpha, graph=idx.path, root=roots[j],
+                   nodes=labels[j * width:(j + 1) * width], dtype=dtype, op=em.qualified) for j in range(len(ms))]
