@@ -21,9 +21,9 @@ from .match import single_op
 from .match.bias import InferredShapes, find_bias
 from .match.findings import Match, NearMiss
 from .index.graph import GraphIndex
-from .match.legacy import find_legacy, legacy_nodes
+from .match.single_op import find_legacy, legacy_nodes
 from .match.matcher import find_matches
-from .replay.matchset import MatchSet, RegionInputs
+from .replay.matches import MatchSet, RegionInputs
 from .replay.matches import replay_bias, replay_matches
 from .report import FuseResult, record
 from .rewrite.setrewrite import rewrite_graph, set_records
@@ -72,7 +72,7 @@ class Selected:
 
 @dataclass
 class SelectedSet:
-    """A MatchSet (fusion/replay/matchset.py) the target rewrites, every member
+    """A MatchSet (fusion/replay/matches.py) the target rewrites, every member
     alike: the decisions select took on its representative."""
 
     set: MatchSet

@@ -76,7 +76,7 @@ class GraphIndex:
         self._maybe_arr = None  # maybe_constant(), for an array-backed graph
         self._names: set[str] | None = None
         self.shape_memo: dict[str, list | None] = {}  # fusion.index.shapes.elementwise_shape's
-        self.carried = None  # fusion.index.carry.Shapes: elementwise_shape solved in bulk (array-backed graphs)
+        self.carried = None  # fusion.index.shapes.Shapes: elementwise_shape solved in bulk (array-backed graphs)
         self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
 
     def _from_graph(self, graph, table, value_types, value_shapes) -> None:

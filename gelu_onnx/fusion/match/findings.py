@@ -30,7 +30,7 @@ class Code(str, Enum):
     # the target cannot express a GELU that was found
     NO_STANDARD_OP = "no-standard-op"
     UNSUPPORTED_DTYPE = "unsupported-dtype"
-    # single-op GELUs (native.py) and the legacy TensorRT plugin (legacy.py)
+    # single-op GELUs and the legacy TensorRT plugin (single_op.py)
     NATIVE_ATTRIBUTE = "native-attribute"
     NATIVE_ARITY = "native-arity"
     LEGACY_PLUGIN = "legacy-plugin"
