@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import pytest
 
-from kernel_helpers import ALPHA, DTYPES, FORMS, check_f32, cpu_paths, f32_sweep, reference, run
+from helpers.kernel_helpers import ALPHA, DTYPES, FORMS, check_f32, cpu_paths, f32_sweep, reference, run
 
 
 @pytest.fixture(params=cpu_paths())
