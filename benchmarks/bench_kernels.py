@@ -192,6 +192,7 @@ def machine():
     except (OSError, StopIteration):
         pass
     info["gelu_onnx_cpu_path"] = ortlib.kernel_library().gelu_cpu_isa().decode()
+    info["isa_cap"] = os.environ.get("GELU_ONNX_CPU_ISA")  # the path a run forced, if any
     info["loadavg_at_start"] = list(os.getloadavg())  # other work on the machine skews 2-thread runs
     return info
 
@@ -214,7 +215,7 @@ def main(argv=None):
     a.vs_relu = a.vs_relu or a.only_relu
     results = {"machine": machine(), "threads": a.threads, "rounds": a.rounds, "per_core": a.per_core, "method":
                "io_binding, preallocated output, alternating rounds, median of per-round means",
-               "comparisons": []}
+               "comparisons": [], "outputs": {"json": a.json, "md": a.md}}
     print(json.dumps(results["machine"]))
     runs = [(threads, n) for threads in ([a.threads] + ([1] if a.per_core and a.threads != 1 else []))
             for n in a.sizes]
@@ -266,9 +267,10 @@ def markdown(results):
         f"{results['threads']} threads; {results['rounds']} alternating rounds; {results['method']}.",
         f"Load average (1, 5, 15 min) at start {m.get('loadavg_at_start')}, at end {results.get('loadavg_at_end')}: "
         "anything above ~0.5 means other processes shared the 2 cores and the 2-thread numbers are pessimistic.",
-        "Produced by `python benchmarks/bench_kernels.py" + (" --per-core" if results.get("per_core") else "")
+        "Produced by `" + (f"GELU_ONNX_CPU_ISA={m['isa_cap']} " if m.get("isa_cap") else "")
+        + "python benchmarks/bench_kernels.py" + (" --per-core" if results.get("per_core") else "")
         + ((" --only-relu" if results.get("only_relu") else " --vs-relu") if results.get("relu_rounds") else "")
-        + " --json benchmarks/results/cpu_kernels.json --md benchmarks/results/cpu_kernels.md`.",
+        + "".join(f" --{k} {results['outputs'][k]}" for k in ("json", "md") if results.get("outputs", {}).get(k)) + "`.",
         "",
         "| threads | elements | ours | G elem/s | theirs | G elem/s | ratio | target |",
         "| ---: | ---: | --- | ---: | --- | ---: | ---: | --- |",

@@ -9,7 +9,7 @@ weights and random NON-ZERO biases and norm parameters
 (models/params.randomize_params; nothing is downloaded), exported, fused for
 every target with the CLI (`gelu-onnx fuse --target T`), and checked with
 the CLI (`gelu-onnx check ORIGINAL FUSED --localize --json`) on the correct
-fusion and on each fault of tests/parity_faults.py planted in the middle
+fusion and on each fault of tests/helpers/parity_faults.py planted in the middle
 GELU (6 of 12). One row per check: the verdict, whether it is the right one
 (pass for the correct fusion, fail for a fault), whether --localize named
 the planted GELU first, max_abs of the worst output, the deviations the
@@ -132,7 +132,7 @@ def check_row(orig: Path, fused: Path, provider: str, extra: list[str], planted_
 
 def run_case(name, dtype, exporter, targets, faults, provider, extra, work: Path, log) -> list[dict]:
     import onnx
-    from parity_faults import plant
+    from helpers.parity_faults import plant
 
     orig = work / f"{name}_{dtype}_{exporter}.onnx"
     t = time.perf_counter()
@@ -204,7 +204,7 @@ def table(rows: list[dict], args, elapsed: float) -> str:
             "Random weights, random non-zero biases / norm parameters (models/params.py); BertModel / ViTModel "
             "default configs (hidden 768, 12 layers), no pooler; `check` with its defaults plus `--localize`"
             f"{(' `' + ' '.join(args.extra) + '`') if args.extra else ''}. A fault is planted in GELU 6 of 12 "
-            "(tests/parity_faults.py). *localized*: --localize's first failing GELU is the planted one.", "",
+            "(tests/helpers/parity_faults.py). *localized*: --localize's first failing GELU is the planted one.", "",
             "| model | dtype | exporter | target | case | verdict | right | localized | max_abs | deviations | s |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -216,7 +216,7 @@ def table(rows: list[dict], args, elapsed: float) -> str:
 
 
 def main(argv=None) -> int:
-    from parity_faults import KINDS
+    from helpers.parity_faults import KINDS
 
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,6 +1,6 @@
 """The smallest per-GELU error `gelu-onnx check` detects end to end, per dtype.
 
-A fused 12-layer model (tests/deep_models.py: BERT-like / ViT-like, random
+A fused 12-layer model (tests/helpers/deep_models.py: BERT-like / ViT-like, random
 non-zero parameters, --target custom) gets one GELU's output scaled by
 (1 + eps) (computed in float32, rounded to the model's dtype, as a kernel
 with that relative error would write it), in GELU 6 of 12 (or --gelu). The
@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-import deep_models as D  # noqa: E402
+from helpers import deep_models as D  # noqa: E402
 
 from gelu_onnx import contract, verify  # noqa: E402
 

@@ -1,11 +1,6 @@
 """Fixtures shared by the test files. Shared helpers that are not fixtures
-live in their own modules: kernel_helpers.py (the CPU kernels' C ABI and
-their float64 judge), model_helpers.py (small hand-built models),
-hostile_corpus.py (malformed and unsafe model files), graph_build.py /
-corpus_frames.py / gelu_corpus.py / corpus_checks.py (the hand-built corpus:
-how its graphs are built, the frames a case puts them in, the cases, how the
-fuser is checked on them).
-No test module imports another."""
+live in the package tests/helpers/ (tests/README.md lists its modules;
+imported as ``helpers.<module>``). No test module imports another."""
 from __future__ import annotations
 
 import signal
@@ -32,6 +27,6 @@ def lib():
 
 @pytest.fixture(scope="session")
 def deep_folder(tmp_path_factory):
-    """Where tests/deep_models.py writes its exports: one folder for the
+    """Where tests/helpers/deep_models.py writes its exports: one folder for the
     session, as its export cache is per process (the verdict tests share it)."""
     return tmp_path_factory.mktemp("deep_models")

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import graph_build as GB
+from helpers import graph_build as GB
 from gelu_onnx.contract import np_dtype
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16

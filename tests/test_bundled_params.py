@@ -13,7 +13,7 @@ import pytest
 from onnx import numpy_helper as nh
 
 from gelu_onnx import fuse, verify
-from parity_faults import gelu_nodes, plant
+from helpers.parity_faults import gelu_nodes, plant
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 # the ops that read a bias or a norm's scale / shift

@@ -18,7 +18,7 @@ from onnx import helper
 from gelu_onnx import cli, contract, onnxio, ortinfo
 from gelu_onnx.errors import UnsupportedError
 
-from model_helpers import gelu_model, save
+from helpers.model_helpers import gelu_model, save
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ("fuse", "inspect", "check", "bench")

@@ -16,7 +16,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from model_helpers import external_model
+from helpers.model_helpers import external_model
 
 REPO = Path(__file__).resolve().parents[1]
 

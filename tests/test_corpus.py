@@ -1,4 +1,4 @@
-"""The hand-built corpus (tests/gelu_corpus.py) through fuse_with_report and inspect.
+"""The hand-built corpus (tests/helpers/gelu_corpus.py) through fuse_with_report and inspect.
 
 For every case and target: the expected fusions (count, form, bias, dtype, graph,
 op), onnx.checker full_check, IR <= 13, required near-miss codes, nodes outside the
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import corpus_checks as checks
-import gelu_corpus as corpus
-import graph_build as GB
+from helpers import corpus_checks as checks
+from helpers import gelu_corpus as corpus
+from helpers import graph_build as GB
 import numpy as np
 import onnx
 import pytest

@@ -2,18 +2,18 @@
 kernel body, __host__ __device__) compiled with g++ under ASan/UBSan and run by
 gelu_cuda_emu.cpp for every (block, thread) of the device launch's grid, in
 forward, reverse and shuffled order, against the accuracy contract
-(plugins/common/tests/gelu_cuda_bound.h: a double reference; fp32 within
+(tests/native/cuda/gelu_cuda_bound.h: a double reference; fp32 within
 docs/kernels.md's ulp bounds, fp16/bf16 within one step of the correctly
 rounded value, NaN/inf as specified) with the hardware approximations
 (ex2.approx, rcp.approx) at the low or the high end of their documented
 error (gelu_cuda_math.h): every form x dtype x bias, x/y/bias offsets 0..VEC
 elements, tails, n = 0, bias lengths 1..1000, several trips per block (grids
 capped at 1-5 blocks, and grids the launch never picks; gelu_cuda_emu_grid)
-(plugins/common/tests/gelu_cuda_emu_check.cpp does the sweep). Each buffer is
+(tests/native/cuda/gelu_cuda_emu_check.cpp does the sweep). Each buffer is
 allocated at its exact size, so one element read or written past x, b or y is
 an ASan error.
 
-A second, independent harness (plugins/common/tests/gelu_cuda_any_grid_check.cpp:
+A second, independent harness (tests/native/cuda/gelu_cuda_any_grid_check.cpp:
 its own element I/O and grid walk, random shapes, grids the launch never picks)
 also keeps a ledger of every pack load and store: no element stored twice,
 none left out, no access outside x, b, y (a second store of the same value is
@@ -33,12 +33,15 @@ from pathlib import Path
 
 import pytest
 
-COMMON = Path(__file__).resolve().parent.parent / "plugins" / "common"
+REPO = Path(__file__).resolve().parents[1]
+COMMON = REPO / "plugins" / "common"    # the kernels (gelu_cuda_body.h, the CPU kernels)
+EMU = REPO / "tests" / "native" / "cuda"  # the emulation and its checks (test-only)
+# the emulation's sources (in EMU), then the CPU kernels' (in COMMON)
 SOURCES = {
     "gelu_cuda_emu.cpp": [],
-    "tests/gelu_cuda_emu_check.cpp": [],
-    "tests/gelu_cuda_any_grid_check.cpp": [],
-    "tests/gelu_cuda_accuracy.cpp": [],
+    "gelu_cuda_emu_check.cpp": [],
+    "gelu_cuda_any_grid_check.cpp": [],
+    "gelu_cuda_accuracy.cpp": [],
     "gelu_cpu.cpp": [],
     "gelu_cpu_scalar.cpp": [],
     "gelu_cpu_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],
@@ -65,14 +68,15 @@ def emu_objects(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("cuda_emu")
     # -mfma: fmaf inline instead of a libm call (~10x faster emulation; same bits).
     base = ["-std=c++17", "-O2", "-g", "-fno-omit-frame-pointer", "-ffp-contract=off",
-            "-fno-fast-math", f"-I{COMMON}", *SANITIZE]
+            "-fno-fast-math", f"-I{EMU}", f"-I{COMMON}", *SANITIZE]
     emu_flags = ["-mfma"] if _host_has_fma() else []
 
     def compile_one(item):
         src, flags = item
         obj = out / (Path(src).stem + ".o")
-        extra = emu_flags if src.startswith(("gelu_cuda_emu.cpp", "tests/gelu_cuda_any", "tests/gelu_cuda_acc")) else []
-        cmd = [cxx, *base, *flags, *extra, "-c", str(COMMON / src), "-o", str(obj)]
+        extra = emu_flags if src.startswith(("gelu_cuda_emu.cpp", "gelu_cuda_any", "gelu_cuda_acc")) else []
+        cmd = [cxx, *base, *flags, *extra, "-c", str((COMMON if src.startswith("gelu_cpu") else EMU) / src),
+               "-o", str(obj)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
         return src, str(obj)
@@ -93,12 +97,12 @@ def _link(objs: dict[str, str], name: str, *sources: str) -> Path:
 
 @pytest.fixture(scope="module")
 def emu_check(emu_objects) -> Path:
-    return _link(emu_objects, "gelu_cuda_emu_check", "gelu_cuda_emu.cpp", "tests/gelu_cuda_emu_check.cpp")
+    return _link(emu_objects, "gelu_cuda_emu_check", "gelu_cuda_emu.cpp", "gelu_cuda_emu_check.cpp")
 
 
 @pytest.fixture(scope="module")
 def any_grid_check(emu_objects) -> Path:
-    return _link(emu_objects, "gelu_cuda_any_grid_check", "tests/gelu_cuda_any_grid_check.cpp")
+    return _link(emu_objects, "gelu_cuda_any_grid_check", "gelu_cuda_any_grid_check.cpp")
 
 
 def _run(exe: Path, *args: str) -> subprocess.CompletedProcess:
@@ -117,7 +121,7 @@ def test_emulated_grid_within_the_contract(emu_check):
 
 @pytest.fixture(scope="module")
 def accuracy_check(emu_objects) -> Path:
-    return _link(emu_objects, "gelu_cuda_accuracy", "gelu_cuda_emu.cpp", "tests/gelu_cuda_accuracy.cpp")
+    return _link(emu_objects, "gelu_cuda_accuracy", "gelu_cuda_emu.cpp", "gelu_cuda_accuracy.cpp")
 
 
 def test_device_formulas_within_the_contract_at_both_error_ends(accuracy_check):

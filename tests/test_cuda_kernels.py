@@ -16,7 +16,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from kernel_helpers import DTYPES, FORMS, check_f32, f32_sweep, reference
+from helpers.kernel_helpers import DTYPES, FORMS, check_f32, f32_sweep, reference
 
 from gelu_onnx import contract
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gelu_onnx.onnxio import splice
-from model_helpers import gelu_model, matmul_gelu_model
+from helpers.model_helpers import gelu_model, matmul_gelu_model
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -20,9 +20,9 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-import corpus_checks as checks
-import corpus_frames as frames
-import graph_build as GB
+from helpers import corpus_checks as checks
+from helpers import corpus_frames as frames
+from helpers import graph_build as GB
 import onnx
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st

@@ -1,13 +1,17 @@
-"""The second hostile suite (tests/hostile_attacks.py): every attack on a
-user's files is clean by the criteria of tests/attack_judge.py: no
-traceback, exit 0 only for valid input and 1/2/3 otherwise, one stderr
-line, no byte of any pre-existing file changed or removed, no temp file
-left after a signal at any point, memory bounded by the model.
+"""The hostile suite (tests/helpers/hostile/suite.py lists its groups):
+every attack on a user's files, and every malformed or unsafe model file
+through every command, is clean by the criteria of
+tests/helpers/hostile/judge.py: no traceback, exit 0 only for valid input
+and 1/2/3 otherwise, one stderr line, no byte of any pre-existing file
+changed or removed, no temp file left after a signal at any point, memory
+bounded by the model.
 
 The cases run as real child processes, a few at a time (one fixture runs
 them all, each test reports one case). Cases that mount a tmpfs or a bind
 mount need root (CI runs as root); elsewhere they are skipped.
-``GELU_ONNX_HOSTILE_CASES=group/name,...`` runs only those."""
+``GELU_ONNX_HOSTILE_CASES=group/name,...`` runs only those;
+``GELU_ONNX_FULL_HOSTILE=1`` runs every malformed file through every command
+(tests/helpers/hostile/corpus.py)."""
 from __future__ import annotations
 
 import os
@@ -16,11 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import attack_judge
-import hostile_attacks
+from helpers.hostile import judge, suite
 
 SELECTED = [c for c in os.environ.get("GELU_ONNX_HOSTILE_CASES", "").split(",") if c]
-NAMES = [n for n in hostile_attacks.CASES if not SELECTED or n in SELECTED]
+NAMES = [n for n in suite.CASES if not SELECTED or n in SELECTED]
 ROOT = os.geteuid() == 0
 # child processes at once: the machine's cores, at most 4 (timed signals stay meaningful)
 PARALLEL = max(1, min(4, len(os.sched_getaffinity(0))))
@@ -28,13 +31,13 @@ PARALLEL = max(1, min(4, len(os.sched_getaffinity(0))))
 
 def _one(name: str, folder) -> list[str] | str:
     try:
-        attack = hostile_attacks.CASES[name](folder)
+        attack = suite.CASES[name](folder)
     except Exception:  # noqa: BLE001 - a broken case is reported, not a crash of the whole suite
         return [f"building the case failed: {traceback.format_exc(limit=3)}"]
     try:
-        before = attack_judge.snapshot(folder)
-        result = attack_judge.run(attack)
-        return attack_judge.judge(folder, attack, before, result)
+        before = judge.snapshot(folder)
+        result = judge.run(attack)
+        return judge.judge(folder, attack, before, result)
     except AssertionError as e:
         return [str(e)]
     finally:
@@ -46,7 +49,7 @@ def _one(name: str, folder) -> list[str] | str:
 def verdicts(request, tmp_path_factory):
     chosen = {i.callspec.params["name"] for i in request.session.items
               if getattr(i, "originalname", None) == "test_attack_is_clean"}
-    todo = [n for n in NAMES if n in chosen and (ROOT or n not in hostile_attacks.ROOT_ONLY)]
+    todo = [n for n in NAMES if n in chosen and (ROOT or n not in suite.ROOT_ONLY)]
     folders = {n: tmp_path_factory.mktemp(n.replace("/", "-")[:60]) for n in todo}
     with ThreadPoolExecutor(PARALLEL) as pool:
         return dict(zip(todo, pool.map(lambda n: _one(n, folders[n]), todo)))
@@ -61,5 +64,5 @@ def test_attack_is_clean(verdicts, name):
 
 
 def test_the_suite_is_big_enough():
-    groups = {n.split("/")[0] for n in hostile_attacks.CASES}
-    assert len(hostile_attacks.CASES) >= 60 and len(groups) >= 8
+    groups = {n.split("/")[0] for n in suite.CASES}
+    assert len(suite.CASES) >= 300 and len(groups) >= 17

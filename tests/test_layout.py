@@ -31,7 +31,7 @@ def private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-@pytest.mark.parametrize("path", SOURCES + sorted((ROOT / "tests").glob("*.py")), ids=rel)
+@pytest.mark.parametrize("path", SOURCES + sorted((ROOT / "tests").rglob("*.py")), ids=rel)
 def test_module_is_at_most_500_lines(path):
     assert len(path.read_text().splitlines()) <= 500
 

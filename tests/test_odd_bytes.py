@@ -18,7 +18,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from model_helpers import external_model, gelu_model
+from helpers.model_helpers import external_model, gelu_model
 
 STRICT = {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"}
 ODD = b"\xff\xfe"

@@ -2,7 +2,7 @@
 
 BERT, ViT, GPT-2, T5 v1.1's encoder, Whisper's encoder and CLIP's text tower
 (tiny configs, random non-zero biases and norm parameters:
-tests/old_opset_exports.py), exported by torch 2.13 with ``dynamo=False`` at
+tests/helpers/old_opset_exports.py), exported by torch 2.13 with ``dynamo=False`` at
 opsets 9..19, go through ``gelu-onnx fuse --target standard`` and
 ``gelu-onnx check`` as a user runs them: every GELU the torch model computes
 becomes one ONNX Gelu, the result is at opset 20, passes onnx.checker (full)
@@ -11,7 +11,7 @@ and ONNX Runtime gives the original's outputs on the model's own inputs.
 A representative subset (each model at one old opset, each adapter family
 that the exports contain, a 12-layer BERT, a fp16 ViT) always runs; the full 6 x 11
 matrix is marked slow. Its last run by hand, with
-``python tests/old_opset_exports.py``, is benchmarks/results/old_opset_exports.md.
+``python tests/helpers/old_opset_exports.py``, is benchmarks/results/old_opset_exports.md.
 
 A tiny conv net exported at opsets 9 and 10 brings the adapted ops torch
 writes outside transformers (Upsample / Resize-10 with a non-integer scale,
@@ -31,7 +31,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-import old_opset_exports as E  # noqa: E402
+from helpers import old_opset_exports as E  # noqa: E402
 
 import gelu_onnx  # noqa: E402
 from gelu_onnx import cli, contract  # noqa: E402

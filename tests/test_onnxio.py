@@ -1,7 +1,7 @@
 """gelu_onnx.onnxio on valid models: what loads, what is written, external data
 kept external (never loaded), the output folder self-contained, IR clamping.
 
-Hostile inputs are in tests/test_onnxio_hostile.py (corpus: tests/hostile_corpus.py).  The > 2 GB round trip needs
+Hostile inputs are in tests/test_onnxio_hostile.py (corpus: tests/helpers/hostile/malformed.py).  The > 2 GB round trip needs
 ~7 GB of RAM and a minute: it runs with GELU_ONNX_LARGE_TESTS=1.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from scipy.special import erf
 from gelu_onnx import onnxio
 from gelu_onnx.onnxio.tensors import external_info
 from gelu_onnx.errors import InputError, UnsafeModelError
-from hostile_corpus import ffn_model, save_external, write_proto
+from helpers.hostile.malformed import ffn_model, save_external, write_proto
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,8 +2,9 @@
 line, nothing is written, the input is untouched and nothing outside the
 model's folder is read.
 
-The corpus (``CASES``, ``build_case``) is in tests/hostile_corpus.py, shared
-with tests/test_cli_hostile.py.
+The corpus (``CASES``, ``build_case``) is in tests/helpers/hostile/malformed.py;
+the hostile suite (tests/test_hostile_suite.py, group ``corpus``) runs the same
+files through every command of the CLI.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import pytest
 
 from gelu_onnx import onnxio
 from gelu_onnx.errors import InputError, UnsafeModelError
-from hostile_corpus import (CASES, FILE_ONLY, VALID, assert_one_line, build_case, ffn_model, layout,
-                            no_hang, save_external, set_location, snapshot, write_proto)
+from helpers.hostile.judge import snapshot
+from helpers.hostile.malformed import (CASES, FILE_ONLY, VALID, assert_one_line, build_case, ffn_model, layout,
+                                       no_hang, save_external, set_location, write_proto)
 
 # --- tests -----------------------------------------------------------------------
 

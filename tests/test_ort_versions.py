@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper
-from kernel_helpers import check_f32, reference, run
+from helpers.kernel_helpers import check_f32, reference, run
 
 from gelu_onnx import contract, ortlib
 

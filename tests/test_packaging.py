@@ -43,6 +43,11 @@ def test_wheel_is_publishable(wheel):
     assert "gelu_onnx/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert not [n for n in names if n.rsplit("/", 1)[-1].endswith("_test") or "/tests/" in n], names
+    # only the product's libraries: nothing test-only (tests/native: the CUDA emulation, the
+    # stand-in libnvinfer, the C++ test programs) is built into or installed with the wheel
+    lib = {n.rsplit("/", 1)[-1] for n in names if n.startswith("gelu_onnx/_lib/")}
+    assert lib <= {"libgelu_onnx_ort.so", "libgelu_onnx_scan.so", "build_info.json", "libgelu_onnx_trt.so",
+                   "libgelu_onnx_trt_autoreg.so"}, lib
     meta = email.message_from_bytes(zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith(".dist-info/METADATA"))))
     requires = meta.get_all("Requires-Dist")

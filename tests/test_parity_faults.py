@@ -1,4 +1,4 @@
-"""tests/parity_faults.py: each planted fault changes exactly one node, the
+"""tests/helpers/parity_faults.py: each planted fault changes exactly one node, the
 model still passes onnx.checker and runs in ONNX Runtime, and its outputs
 differ from the unplanted model's (a 4-layer MLP with non-zero biases, fused
 for every target, fp32 and fp16)."""
@@ -12,7 +12,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from gelu_onnx import fuse, verify
-from parity_faults import KINDS, bias_arrays, gelu_nodes, plant
+from helpers.parity_faults import KINDS, bias_arrays, gelu_nodes, plant
 
 LAYERS, H, F = 4, 8, 16
 

@@ -67,7 +67,7 @@ def _scannable(model) -> bool:
 
 
 def test_the_gelu_corpus_both_ways(monkeypatch):
-    from gelu_corpus import all_cases
+    from helpers.gelu_corpus import all_cases
 
     for k, case in enumerate(all_cases()):
         targets = TARGETS if k % 4 == 0 else ("custom",)

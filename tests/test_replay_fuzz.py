@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 import gelu_onnx
-import graph_build as GB
+from helpers import graph_build as GB
 import replay_fuzz_models as FZ
 from gelu_onnx.errors import GeluOnnxError
 from gelu_onnx.fusion.targets import TARGETS

@@ -87,7 +87,7 @@ def test_scan_agrees_with_onnx_on_bundled_models():
 
 
 def test_scan_agrees_with_onnx_on_the_gelu_corpus():
-    from gelu_corpus import all_cases
+    from helpers.gelu_corpus import all_cases
 
     declined = 0
     for case in all_cases():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_helpers import ISA_FLAGS, ULP_BOUND, cpu_flags
+from helpers.kernel_helpers import ISA_FLAGS, ULP_BOUND, cpu_flags
 
 REPO = Path(__file__).resolve().parents[1]
 

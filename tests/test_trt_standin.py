@@ -1,9 +1,9 @@
 """The TensorRT plugin without TensorRT: linked with --no-undefined against a
 stand-in libnvinfer written in this repository
-(plugins/tensorrt/standin/nvinfer_standin.cpp: plugin registry with
+(tests/native/tensorrt/nvinfer_standin.cpp: plugin registry with
 loadLibrary, logger), enqueue through the host emulation of the CUDA kernels,
 and driven through the real IPluginV3 call sequence
-(plugins/tensorrt/tests/test_standin_sequence.cpp): every op type x dtype,
+(tests/native/tensorrt/test_standin_sequence.cpp): every op type x dtype,
 outputs within the CUDA accuracy contract (gelu_cuda_bound.h), a failed launch's CUDA error
 text in the logger, and the default-namespace alias conflict.
 
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "plugins"
 COMMON = PLUGINS / "common"
 TRT = PLUGINS / "tensorrt"
+NATIVE = ROOT / "tests" / "native"  # the stand-in, its driver and the CUDA emulation (test-only)
 INCLUDES = [p for p in os.environ.get("GELU_ONNX_TRT_INCLUDE", "").split(os.pathsep) if p]
 
 
@@ -59,7 +60,7 @@ def kernel_objects(tmp_path_factory):
         _sh("g++", *flags, *extra, "-c", COMMON / src, "-o", o)
         objs.append(o)
     emu = out / "gelu_cuda_emu.o"
-    _sh("g++", *flags, "-c", COMMON / "gelu_cuda_emu.cpp", "-o", emu)
+    _sh("g++", *flags, f"-I{NATIVE / 'cuda'}", "-c", NATIVE / "cuda" / "gelu_cuda_emu.cpp", "-o", emu)
     return objs, emu
 
 
@@ -74,15 +75,15 @@ def test_ipluginv3_sequence_against_the_standin(tmp_path, kernel_objects, includ
     hdr = ["-isystem", include, "-isystem", cuda, f"-I{COMMON}", f"-I{TRT}", f"-I{TRT / 'core'}"]
     nvinfer = tmp_path / "libnvinfer.so"
     _sh("g++", "-std=c++17", "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", *hdr,
-        TRT / "standin" / "nvinfer_standin.cpp", "-o", nvinfer, "-Wl,--no-undefined", "-ldl")
+        NATIVE / "tensorrt" / "nvinfer_standin.cpp", "-o", nvinfer, "-Wl,--no-undefined", "-ldl")
     plugin = tmp_path / "libgelu_onnx_trt.so"
     _sh("g++", "-std=c++17", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden", *hdr,
         TRT / "gelu_plugin.cpp", TRT / "gelu_plugin_creator.cpp", TRT / "plugin_registration.cpp",
         TRT / "core" / "gelu_trt_core.cpp", *cpu, emu, "-o", plugin, f"-L{tmp_path}", "-lnvinfer",
         "-Wl,--no-undefined")  # every symbol the plugin needs is in the stand-in or in the repo
     driver = tmp_path / "test_standin_sequence"
-    _sh("g++", "-std=c++17", "-O1", "-Wall", "-Wextra", *hdr, f"-I{TRT / 'tests'}",
-        TRT / "tests" / "test_standin_sequence.cpp", TRT / "core" / "gelu_trt_core.cpp", *cpu, "-o", driver,
+    _sh("g++", "-std=c++17", "-O1", "-Wall", "-Wextra", *hdr, f"-I{NATIVE / 'tensorrt'}", f"-I{NATIVE / 'cuda'}",
+        NATIVE / "tensorrt" / "test_standin_sequence.cpp", TRT / "core" / "gelu_trt_core.cpp", *cpu, "-o", driver,
         f"-L{tmp_path}", "-lnvinfer", "-ldl", f"-Wl,-rpath,{tmp_path}")
 
     r = subprocess.run([driver, plugin, "sequence"], capture_output=True, text=True, timeout=600)

@@ -17,7 +17,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 from scipy.special import erf
 
-from model_helpers import gelu_model, save
+from helpers.model_helpers import gelu_model, save
 
 import gelu_onnx
 from gelu_onnx import contract, verify

@@ -1,8 +1,8 @@
 """check's default verdict on a 12-layer BERT exported with TorchScript
-(dynamo: test_verdict_dynamo.py; tests/deep_models.py: random non-zero
+(dynamo: test_verdict_dynamo.py; tests/helpers/deep_models.py: random non-zero
 weights, biases and LayerNorm parameters): correct fusions pass for every
 target, fp32 and fp16; a fault planted in one middle GELU
-(tests/parity_faults.py) fails with the same defaults, and --localize names
+(tests/helpers/parity_faults.py) fails with the same defaults, and --localize names
 that GELU. Issue 23: the fixed 2e-3 bound failed a correct TorchScript fp16
 BERT-base on the CPU (25 of 12 288 elements)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import deep_models as D  # noqa: E402
+from helpers import deep_models as D  # noqa: E402
 
 from gelu_onnx import verify  # noqa: E402
 

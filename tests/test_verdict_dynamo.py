@@ -1,5 +1,5 @@
 """check's default verdict on 12-layer BERT (fp16) and ViT (fp32) exported
-by torch's dynamo exporter (tests/deep_models.py: random non-zero weights,
+by torch's dynamo exporter (tests/helpers/deep_models.py: random non-zero weights,
 biases and LayerNorm parameters): correct fusions pass for every target; a
 fault planted in one middle GELU fails with the same defaults and --localize
 names it. The dynamo fp16 export computes its GELU chain in fp16 ops: the
@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import deep_models as D  # noqa: E402
+from helpers import deep_models as D  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """check's default verdict on a 12-layer ViT exported with TorchScript
-(dynamo: test_verdict_dynamo.py; tests/deep_models.py: random non-zero
+(dynamo: test_verdict_dynamo.py; tests/helpers/deep_models.py: random non-zero
 weights, biases and LayerNorm parameters; a Conv patch embedding, which ONNX
 Runtime's CPU EP has no float64 kernel for): correct fusions pass for every
 target, fp32 and fp16; a fault planted in one middle GELU fails with the
@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import deep_models as D  # noqa: E402
+from helpers import deep_models as D  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

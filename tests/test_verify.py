@@ -19,7 +19,7 @@ from scipy.special import erf
 
 from gelu_onnx import contract, ortinfo, verify
 from gelu_onnx.errors import InputError, UnsupportedError
-from model_helpers import gelu_model, save
+from helpers.model_helpers import gelu_model, save
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

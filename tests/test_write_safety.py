@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from gelu_onnx import onnxio
-from model_helpers import external_model
+from helpers.model_helpers import external_model
 
 REPO = Path(__file__).resolve().parents[1]
 

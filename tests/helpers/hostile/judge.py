@@ -1,4 +1,4 @@
-"""How the second hostile suite (tests/hostile_attacks.py) runs and judges a
+"""How the hostile suite (suite.py lists its groups) runs and judges a
 case: the real CLI in a child process (or a Python snippet using the
 library), with a signal delivered at a named point of the write
 (GELU_ONNX_TEST_FAULT) or after a delay, or the child stopped at a point
@@ -17,8 +17,10 @@ criteria:
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -27,9 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hostile_corpus import snapshot  # noqa: F401 - the judge's view of a folder, shared with the first suite
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 EXIT_BAD = (1, 2, 3)
 
 
@@ -61,6 +62,31 @@ class Result:
     stderr: bytes
     rss_mib: float
     seconds: float
+
+
+def snapshot(root: Path) -> dict:
+    """Every entry under root (links not followed, FIFOs never opened): kind,
+    permission bits and content hash; a sparse giant (> 256 MiB, never read)
+    by size and mtime."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, root)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(p))
+            elif stat.S_ISREG(st.st_mode) and st.st_size > 256 << 20:
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns)
+            elif stat.S_ISREG(st.st_mode):
+                h = hashlib.sha256()
+                with open(p, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        h.update(chunk)
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), h.hexdigest())
+            else:
+                out[rel] = (stat.filemode(st.st_mode), st.st_rdev)
+    return out
 
 
 def _env(extra: dict) -> dict:

@@ -22,9 +22,10 @@ from __future__ import annotations
 from onnx import helper
 
 from gelu_onnx import contract as C
-from graph_build import Builder, Chain, manual_chain, FAMILIES, default_expect, gelu, n_commutative, order_variants
-from corpus_frames import (BF16, BOOL, F16, F32, F64, H, Case, attach_extra, bias_case, deep_chain, ffn,
-                           finish, if_case, loop_case, mp_cast_x_inner, mp_inside, mp_wrap, plain, scan_case)
+from helpers.graph_build import (Builder, Chain, manual_chain, FAMILIES, default_expect, gelu, n_commutative,
+                                 order_variants)
+from helpers.corpus_frames import (BF16, BOOL, F16, F32, F64, H, Case, attach_extra, bias_case, deep_chain, ffn,
+                                   finish, if_case, loop_case, mp_cast_x_inner, mp_inside, mp_wrap, plain, scan_case)
 
 
 def _positive_cases() -> list[Case]:

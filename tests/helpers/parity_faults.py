@@ -1,7 +1,7 @@
 """Plant one fault into one GELU of a fused model, to prove that `check`
 fails wrong fusions (and that --localize names the GELU it was planted in).
 
-    from parity_faults import KINDS, gelu_nodes, plant
+    from helpers.parity_faults import KINDS, gelu_nodes, plant
     bad = plant(fused, "drop_bias")          # the middle GELU (index len // 2)
     bad = plant(fused, "erf_as_tanh", index=3)
     bad.model, bad.node, bad.tensor          # the faulty copy, the changed node's name and output

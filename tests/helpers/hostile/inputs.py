@@ -1,4 +1,4 @@
-"""The second hostile suite, groups check (hostile feeds and golden files for
+"""The hostile suite, groups check (hostile feeds and golden files for
 check and bench) and api (the Python API)."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import numpy as np
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from attack_judge import Attack
-from attack_models import (case, ext, raw, model, npz, feeds, fused, api)
-from model_helpers import EXTERNAL_H, gelu_model
+from helpers.hostile.judge import Attack
+from helpers.hostile.cases import (case, ext, raw, model, npz, feeds, fused, api)
+from helpers.model_helpers import EXTERNAL_H, gelu_model
 
 
 # --- check: hostile feeds, golden files, and bench ---------------------------------------------

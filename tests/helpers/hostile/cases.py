@@ -1,5 +1,5 @@
-"""What the second hostile suite's cases share (tests/hostile_attacks.py
-lists the groups): the case registry, the small models each case builds in
+"""What the hostile suite's cases share (suite.py lists the groups): the
+case registry, the small models each case builds in
 its own folder, the big ones made once per session, a real tmpfs made full
 or read-only, and after-checks (the output runs in ONNX Runtime and
 computes what the original computes)."""
@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from model_helpers import EXTERNAL_H, external_model, gelu_model, matmul_gelu_model
+from helpers.model_helpers import EXTERNAL_H, external_model, gelu_model, matmul_gelu_model
 
 CASES: dict = {}
 ROOT_ONLY = set()   # cases that need root (mount, mknod)

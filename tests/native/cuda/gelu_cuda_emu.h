@@ -1,6 +1,7 @@
-// Host emulation of the CUDA kernels (gelu_cuda_emu.cpp): link the
-// gelu_cuda_emu target instead of the CUDA build to run gelu_cuda_launch on
-// the CPU (the stream is ignored; the call returns when y is written).
+// Host emulation of the CUDA kernels (gelu_cuda_emu.cpp): link it instead of
+// the CUDA build (gelu_cuda.cu) to run gelu_cuda_launch on the CPU (the stream
+// is ignored; the call returns when y is written). Test-only: the tests
+// compile it with -I plugins/common, where the kernel body and math are.
 #pragma once
 #include "gelu_kernels.h"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # models/ (models/params.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: models/params.py
 
 LAYERS, HIDDEN, HEADS, FFN, VOCAB, SEQ = 12, 64, 4, 256, 96, 16
 _CACHE: dict = {}
@@ -138,10 +138,10 @@ def assert_correct_passes(arch: str, exporter: str, dtype: str, folder: Path, ac
 
 
 def assert_caught(orig: Path, fused_path: Path, kind: str, **check_kw):
-    """Plant ``kind`` in the middle GELU of the fused model (tests/parity_faults.py):
+    """Plant ``kind`` in the middle GELU of the fused model (tests/helpers/parity_faults.py):
     check must fail every float output with its defaults and --localize must
     name that GELU first, every GELU before it passing. Returns the report."""
-    import parity_faults as PF
+    from helpers import parity_faults as PF
 
     from gelu_onnx import verify
 

@@ -18,7 +18,7 @@ from gelu_onnx import ortinfo
 F32, F16, BF16, F64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE
 INT64, BOOL = TensorProto.INT64, TensorProto.BOOL
 H = 16  # hidden size of every frame
-from graph_build import Chain
+from helpers.graph_build import Chain
 
 
 # --------------------------------------------------------------------------

@@ -1,19 +1,17 @@
-"""The hostile-file corpus: malformed or unsafe model files, generated at test
-time (no binaries in git), and how a test observes them (``snapshot``,
-``no_hang``, ``assert_one_line``).  Used by tests/test_onnxio_hostile.py
-(the library), tests/test_cli_hostile.py (the CLI) and tests/test_onnxio.py
-(its small real models).  Escape cases point their external data at a FIFO
-outside the model folder: opening it for reading would block, so ``no_hang``
-turns any such read into a failure.
+"""The malformed and unsafe model files of the hostile suite, generated at
+test time (no binaries in git), and how a library test observes them
+(``no_hang``, ``assert_one_line``).  Used by the suite's ``corpus`` group
+(every file through every command: corpus.py), by tests/test_onnxio_hostile.py
+(the library) and tests/test_onnxio.py (its small real models).  Escape cases
+point their external data at a FIFO outside the model folder: opening it for
+reading would block, so ``no_hang`` turns any such read into a failure.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import random
 import signal
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -410,31 +408,6 @@ def build_case(name: str, root: Path) -> Case:
 
 
 # --- observation helpers ---------------------------------------------------------
-
-
-def snapshot(root: Path) -> dict:
-    """Every entry under root (links not followed, FIFOs never opened): kind,
-    permission bits and content hash; a sparse giant (> 256 MiB, never read)
-    by size and mtime."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            rel = os.path.relpath(p, root)
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", os.readlink(p))
-            elif stat.S_ISREG(st.st_mode) and st.st_size > 256 << 20:
-                out[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns)
-            elif stat.S_ISREG(st.st_mode):
-                h = hashlib.sha256()
-                with open(p, "rb") as f:
-                    for chunk in iter(lambda: f.read(1 << 20), b""):
-                        h.update(chunk)
-                out[rel] = ("file", stat.S_IMODE(st.st_mode), h.hexdigest())
-            else:
-                out[rel] = (stat.filemode(st.st_mode), st.st_rdev)
-    return out
 
 
 @contextlib.contextmanager

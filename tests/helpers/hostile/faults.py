@@ -1,4 +1,4 @@
-"""The second hostile suite, groups fault (a full or read-only tmpfs, the
+"""The hostile suite, groups fault (a full or read-only tmpfs, the
 > 2 GB split's data-file naming) and signal (SIGTERM/SIGINT/SIGHUP at named
 points of a write, files truncated while read)."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from attack_judge import Attack
-from attack_models import (SPLIT, big_external, big_model, case, ext, fused, npz, plain, register, runs_in_ort,
-                           tmpfs)
-from model_helpers import EXTERNAL_H, matmul_gelu_model
+from helpers.hostile.judge import Attack
+from helpers.hostile.cases import (SPLIT, big_external, big_model, case, ext, fused, npz, plain, register,
+                                   runs_in_ort, tmpfs)
+from helpers.model_helpers import EXTERNAL_H, matmul_gelu_model
 
 
 # --- fault: a full or read-only output folder, the > 2 GB split ------------------------

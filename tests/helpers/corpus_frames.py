@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto
 
 from gelu_onnx import contract as C
-from graph_build import Builder, Chain, manual_chain, Orders, default_expect, gelu
+from helpers.graph_build import Builder, Chain, manual_chain, Orders, default_expect, gelu
 
 F32, F16, BF16, F64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE
 INT64, BOOL = TensorProto.INT64, TensorProto.BOOL

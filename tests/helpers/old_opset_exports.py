@@ -1,7 +1,7 @@
 """TorchScript exports (torch.onnx.export, ``dynamo=False``) of tiny Hugging
 Face models at old opsets, as published checkpoints from before 2023 were
 written. Shared by tests/test_old_opset_exports.py and the by-hand sweep
-(``python tests/old_opset_exports.py``; its table is
+(``python tests/helpers/old_opset_exports.py``; its table is
 benchmarks/results/old_opset_exports.md).
 
 The models are models/archs.py's tiny configs with every 1-D parameter
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("bert", "vit", "gpt2", "t5_v1_1", "whisper_encoder", "clip_text")
 OPSETS = tuple(range(9, 20))
 

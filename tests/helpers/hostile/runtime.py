@@ -1,4 +1,4 @@
-"""The second hostile suite, groups race (concurrent writers into one
+"""The hostile suite, groups race (concurrent writers into one
 folder), native (GELU ops ONNX Runtime refuses as invalid), quiet (ONNX
 Runtime's lines with HOME not writable), home (files written outside the
 output), bytes (strings and paths that are not UTF-8) and domain (functions
@@ -13,9 +13,9 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from attack_judge import Attack
-from attack_models import IO, case, consts, erf_chain, ext, model, plain, raw, register, same_function
-from model_helpers import EXTERNAL_H, gelu_model
+from helpers.hostile.judge import Attack
+from helpers.hostile.cases import IO, case, consts, erf_chain, ext, model, plain, raw, register, same_function
+from helpers.model_helpers import EXTERNAL_H, gelu_model
 
 MS = "com.microsoft"
 STRICT = {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"}

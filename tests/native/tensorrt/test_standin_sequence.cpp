@@ -25,7 +25,7 @@
 #include "gelu_kernels.h"
 #include "gelu_simd_scalar.h"
 #include "gelu_trt_core.h"
-#include "tests/gelu_cuda_bound.h"
+#include "gelu_cuda_bound.h"
 #include "plugin_test_util.h"
 
 extern "C" const char* nvinfer_standin_log() noexcept;

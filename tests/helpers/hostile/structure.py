@@ -1,4 +1,4 @@
-"""The second hostile suite, groups bomb (structural bombs), const (read what
+"""The hostile suite, groups bomb (structural bombs), const (read what
 the runtime reads) and names (non-UTF-8 and over-long paths, strict
 encodings, usage errors)."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from attack_judge import Attack
-from attack_models import (runs_in_ort, SQRT2, case, ext, raw, erf_chain, consts, IO, model, fused, same_function)
+from helpers.hostile.judge import Attack
+from helpers.hostile.cases import IO, SQRT2, case, consts, erf_chain, ext, fused, model, raw, runs_in_ort, same_function
 
 
 # --- bomb: structural bombs ---------------------------------------------------------------

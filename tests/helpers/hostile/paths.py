@@ -1,4 +1,4 @@
-"""The second hostile suite, groups alias (every way an output path can name
+"""The hostile suite, groups alias (every way an output path can name
 something precious), save (check --save-inputs/--save-outputs) and device
 (devices, FIFOs, sockets, /proc as inputs)."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from attack_judge import Attack
-from attack_models import (case, ext, plain, raw, model, npz, feeds, fused, runs_in_ort)
-from model_helpers import EXTERNAL_H
+from helpers.hostile.judge import Attack
+from helpers.hostile.cases import (case, ext, plain, raw, model, npz, feeds, fused, runs_in_ort)
+from helpers.model_helpers import EXTERNAL_H
 
 
 # --- alias: every way an output path can name something precious -------------------
