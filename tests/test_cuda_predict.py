@@ -5,8 +5,8 @@ the committed constants it must order the measured kernels as measured
 (Spearman >= 0.8) and predict each within +-0.1 of its fraction of the copy
 bandwidth; its executed instructions per element must match ncu's within 15 %
 where ncu measured them. Then `--json` must predict every kernel of the
-working tree (form/dtype/bias) and the committed results table must be what
-it predicts now.
+working tree (form/dtype/bias), each at >= 0.90 of copy (issue 27's goal,
+predicted), and the committed results table must be what it predicts now.
 
 Skips, saying why, without nvcc or cuobjdump (test extras), or when the
 checkout lacks commit c2ec693 (a shallow clone).
@@ -65,6 +65,9 @@ def test_json_predicts_every_kernel_and_the_committed_table_is_current(calibrate
     want = {f"{f}/{d}/{b}" for f in ("erf", "tanh", "sigmoid") for d in ("float32", "float16", "bfloat16")
             for b in ("bias", "nobias")}
     assert set(preds) == want and all(0 < v <= 1 for v in preds.values()), preds
+    # Issue 27's goal, as predicted (not measured): >= 0.90 of copy everywhere.
+    slow = {k: v for k, v in preds.items() if v < 0.90}
+    assert not slow, slow
     table = cuda_predict.PREDICTED.read_text()
     for k, v in preds.items():
         assert f"| {k} | {v:.3f} |" in table, (k, v, "run `python scripts/cuda_predict.py --write`")

@@ -1,7 +1,8 @@
 """Static gates on the compiled CUDA kernels (no GPU needed): gelu_cuda.cu
 built for sm_90 with the project's flags, read with ptxas -v and cuobjdump
 (scripts/cuda_sass.py): no stack frame, no spills, no local memory, no FP64
-instruction in any kernel; <= 64 registers (4 blocks per SM); 128-bit global
+instruction in any kernel; <= 40 registers (6 blocks per SM; 48 and 5 for
+fp16/bf16 with a bias: gelu_cuda::min_blocks_per_sm); 128-bit global
 loads and stores in the main loop of every vector kernel, no bias load in any
 main loop; no data-dependent branch on the main loop's path (only the loop's
 own, a kernel argument's, or a warp vote's); <= 24 (fp16/bf16) / 46 (fp32)
@@ -89,7 +90,8 @@ def test_main_loop_loads_x_and_stores_y_only(compiled):
 def test_hot_path_within_budget(compiled):
     """Issue 27's budget, read from SASS: <= 24 instructions per element on the
     main loop for fp16/bf16 (the copy's element rate leaves ~32 issue slots),
-    <= 46 for fp32 (~64), <= 2 MUFU per element; <= 64 registers."""
+    <= 46 for fp32 (~64), <= 2 MUFU per element; <= 40 registers (48 for
+    fp16/bf16 with a bias), the occupancy cuda_predict's figures assume."""
     kernels, _, _ = compiled
     over = []
     for k in kernels.values():
@@ -97,7 +99,8 @@ def test_hot_path_within_budget(compiled):
         n, elems, _ = cuda_sass.hot_path(k)
         budget = 46 if k.dtype == "f32" else 24
         mufu = sum(1 for o in ops if o[2].startswith("MUFU")) / elems
-        if n / elems > budget or mufu > 2 or k.regs > 64:
+        regs = 48 if k.dtype != "f32" and k.bias else 40
+        if n / elems > budget or mufu > 2 or k.regs > regs:
             over.append(f"{k.key}: {n / elems:.2f} instructions (budget {budget}), {mufu:.2f} MUFU, {k.regs} registers")
     assert not over, over
 

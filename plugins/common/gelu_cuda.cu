@@ -112,10 +112,11 @@ namespace {
 // Accuracy is the contract (gelu_cuda_math.h: the bounds of docs/kernels.md):
 // no contraction and no flush of subnormals outside the explicit .ftz
 // approximations; -ftz=true (-use_fast_math) is undone by the build's
-// -ftz=false (plugins/CMakeLists.txt). At most 64 registers: 4 blocks
-// (1024 threads) per SM.
+// -ftz=false (plugins/CMakeLists.txt). At most 40 registers: 6 blocks
+// (1536 threads) per SM; 48 and 5 for fp16/bf16 with a bias
+// (gelu_cuda::min_blocks_per_sm).
 template <int FORM, typename T, int VEC, bool BIAS>
-__global__ void __launch_bounds__(gelu_cuda::kThreads, gelu_cuda::kMinBlocksPerSm)
+__global__ void __launch_bounds__(gelu_cuda::kThreads, (gelu_cuda::min_blocks_per_sm<T, BIAS>()))
     gelu_kernel(const T* __restrict__ x, const T* __restrict__ b, int64_t bias_len,
                 T* __restrict__ y, int64_t n, float alpha) {
   gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(blockIdx.x, gridDim.x, threadIdx.x, x, b, bias_len, y, n, alpha, false);
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(gelu_cuda::kThreads, gelu_cuda::kMinBlocksPerS
 // the CPU formulas for every element. A kernel of its own, so the usual
 // kernels carry no branch for it.
 template <int FORM, typename T, int VEC, bool BIAS>
-__global__ void __launch_bounds__(gelu_cuda::kThreads, gelu_cuda::kMinBlocksPerSm)
+__global__ void __launch_bounds__(gelu_cuda::kThreads, (gelu_cuda::min_blocks_per_sm<T, BIAS>()))
     gelu_exact_kernel(const T* __restrict__ x, const T* __restrict__ b, int64_t bias_len,
                       T* __restrict__ y, int64_t n, float alpha) {
   gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(blockIdx.x, gridDim.x, threadIdx.x, x, b, bias_len, y, n, alpha, true);

@@ -35,13 +35,19 @@ struct alignas(VEC * sizeof(T)) Pack {
 
 constexpr int kThreads = 256;  // per block
 // Packs per thread per step, all loaded before the math: 2 x 16 bytes, or 8
-// single elements. With <= 64 registers (4 blocks, 1024 threads per SM) that
-// is 32 KB of loads in flight per SM, above the ~26 KB an H200 SM needs to
-// cover its share of 4.8 TB/s x ~700 ns.
+// single elements. With <= 40 registers (6 blocks, 1536 threads per SM) that
+// is 48 KB of loads in flight per SM, above the ~26 KB an H200 SM needs to
+// cover its share of 4.8 TB/s x ~700 ns; the extra resident warps hide the
+// math's latency (at 64 registers the fp32 tanh/sigmoid and fp16/bf16 erf
+// kernels were predicted issue-bound below 0.90 of copy).
 GELU_HD constexpr int unroll_for(int vec) { return vec == 1 ? 8 : 2; }
-constexpr int kMinBlocksPerSm = 4;    // __launch_bounds__: <= 64 registers
+constexpr int kMinBlocksPerSm = 6;    // __launch_bounds__: <= 40 registers
+// fp16/bf16 with a bias keep 16 bias floats in registers: 5 blocks (<= 48
+// registers; at 40 the bf16 ones spilled).
+template <typename T, bool BIAS>
+constexpr int min_blocks_per_sm() { return sizeof(T) == 2 && BIAS ? 5 : kMinBlocksPerSm; }
 // The grid the host emulation assumes (the device launch asks the device:
-// SMs x resident blocks per SM): a 132-SM H100 with 4 blocks per SM.
+// SMs x resident blocks per SM): a 132-SM H100 with 6 blocks per SM.
 constexpr int64_t kMaxBlocks = 132 * kMinBlocksPerSm;
 
 GELU_HD inline int64_t gcd64(int64_t a, int64_t b) {

@@ -7,12 +7,17 @@
 // Primitives (device: one PTX instruction each; host: the exact function
 // perturbed by the PTX ISA's documented maximum error, at the end chosen by
 // gelu_cuda_approx_end(), so the host emulation checks the accuracy bound at
-// both ends of what the hardware may return, not one particular chip):
-//   ex2_approx(a)  ex2.approx.ftz.f32: 2^a, max relative error 2^-22
-//                  (subnormal results flushed to +0; -inf -> +0; NaN -> NaN)
-//   rcp_approx(a)  rcp.approx.ftz.f32: 1/a, max error 1 ulp (relative 2^-23)
-// tanh.approx is not used: its absolute error (2^-11) breaks 1 + tanh(u)
-// for negative x; the x*sigmoid(2u) form below does not cancel.
+// both ends of what the hardware may return, not one particular chip). The
+// figures, PTX ISA 9.1, section 9.7.3 "Floating Point Instructions":
+//   ex2_approx(a)  ex2.approx.ftz.f32: 2^a, "maximum ulp error is 2 ulp from
+//                  correctly rounded result": 2.5 ulp of the exact value,
+//                  relative 2.5 * 2^-23 (subnormal results flushed to +0;
+//                  -inf -> +0; NaN -> NaN)
+//   rcp_approx(a)  rcp.approx.ftz.f32: 1/a, "maximum ulp error is 1": relative
+//                  2^-23
+// tanh.approx is not used: its relative error 2^-11 is ~2^-11 absolute where
+// tanh(u) is near -1, which breaks 1 + tanh(u) for negative x; the
+// x*sigmoid(2u) form below does not cancel.
 //
 // Formulas (x the float input, bias already added):
 //  * tanh/sigmoid, fp16/bf16 (xsig_half): s = t*log2(e),
@@ -20,18 +25,20 @@
 //      r = rcp(1 + E64*2^-64)                  = sigmoid(|t|)
 //      y = x*r (t >= 0),  (x*r*E64)*2^-64 (t < 0: one rounding into the
 //      subnormal range, so bf16's tiny results stay right)
-//    relative error < 2^-20 + the rounding of s (|t| 2^-24): 2^8x inside the
-//    2^-12 that the final fp16/bf16 rounding leaves.
+//    relative error < 2^-18.9 (64 - |s| rounded: 2^-19.5; ex2 2^-21.7; rcp
+//    2^-23; three roundings) + the rounding of s (|t| 2^-24): 2^6x inside
+//    the 2^-12 that the final fp16/bf16 rounding leaves.
 //  * the same in fp32 (xsig_f32), where the bounds are 3(1+|t|) (tanh) and
 //    2(1+|t|) (sigmoid) ulp: E64 = 2^(64-a) from a degree-6 polynomial of 2^f
-//    (relative error 9e-9) and the exponent bits (a = |s| up to 189; past it
-//    t < 0 gives +-0), and one correctly rounded quotient: rcp, a Newton
-//    step and a residual correction of N / (1 + E), N = x or x * E64 as an
-//    exact float pair.
-//  * erf, fp16/bf16 (erf_half): Phi(-|x|) = e^(-x^2/2) R(|x|), R the (3,4)
-//    rational of gelu_math.inc's gelu_erf_half_core (P scaled by 2^-64),
-//    e^(-x^2/2) as ex2(64 - x^2 log2(e)/2) (|x| clamped at 16 for R: the
-//    result there is 0 or x), y = max(x, -0) - |x| Phi(-|x|).
+//    (relative error 9e-9: ex2.approx's 2.5 ulp would take more than the
+//    sigmoid bound near t = 0) and the exponent bits (a = |s| up to 189;
+//    past it t < 0 gives +-0), and one correctly rounded quotient: rcp, a
+//    Newton step and a residual correction of N / (1 + E), N = x or x * E64
+//    as an exact float pair.
+//  * erf, fp16/bf16 (erf_half): Phi(-|x|) = e^(-x^2/2) R(|x|), R a (2,3)
+//    rational (minimax, relative error 6.1e-5 = 2^-14 on [0, 16]; P scaled
+//    by 2^-64), e^(-x^2/2) as ex2(64 - x^2 log2(e)/2) (|x| clamped at 16 for
+//    R: the result there is 0 or x), y = max(x, -0) - |x| Phi(-|x|).
 //  * erf, fp32: gelu_math.inc's all-float erf (gelu_erf_core) for |x| <= 12,
 //    the exact CPU formula for a warp with any element beyond (rare and
 //    warp-uniform: gelu_cuda_body.h).
@@ -51,8 +58,11 @@ using gelu_scalar::vfma;
 using gelu_scalar::vmul;
 using gelu_scalar::vsub;
 
-// PTX ISA maximum errors (f32): ex2.approx relative 2^-22, rcp.approx 1 ulp.
-constexpr double kEx2RelErr = 0x1p-22;
+// PTX ISA maximum errors (f32), relative to the exact value: ex2.approx 2 ulp
+// from the correctly rounded result, so 2.5 ulp (times 1 + 2^-23 for the
+// ulp of a result rounded up to the next binade: 0x1.41p-22 covers it);
+// rcp.approx 1 ulp.
+constexpr double kEx2RelErr = 0x1.41p-22;
 constexpr double kRcpRelErr = 0x1p-23;
 
 #if !defined(__CUDA_ARCH__)
@@ -62,8 +72,14 @@ inline int& gelu_cuda_approx_end() {
   static int end = 0;
   return end;
 }
-GELU_HD inline float flush_subnormal(double v) {
-  const float f = static_cast<float>(v);
+// An approximation's model: NaN stays NaN; a subnormal input is +-0 (.ftz);
+// the exact value of that input (exact(double)) moved to the chosen end of
+// the relative error rel_err, rounded to float, a subnormal result +-0.
+template <typename Exact>
+inline float host_approx(float a, Exact exact, double rel_err) {
+  if (a != a) return a;
+  const double in = fabsf(a) < FLT_MIN ? copysign(0.0, a) : a;
+  const float f = static_cast<float>(exact(in) * (1.0 + gelu_cuda_approx_end() * rel_err));
   return fabsf(f) < FLT_MIN ? copysignf(0.0f, f) : f;
 }
 #endif
@@ -74,9 +90,7 @@ GELU_HD inline float ex2_approx(float a) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
   return r;
 #else
-  if (a != a) return a;
-  const float in = fabsf(a) < FLT_MIN ? 0.0f : a;  // ftz input
-  return flush_subnormal(exp2(static_cast<double>(in)) * (1.0 + gelu_cuda_approx_end() * kEx2RelErr));
+  return host_approx(a, [](double v) { return exp2(v); }, kEx2RelErr);
 #endif
 }
 
@@ -86,9 +100,7 @@ GELU_HD inline float rcp_approx(float a) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
   return r;
 #else
-  if (a != a) return a;
-  const float in = fabsf(a) < FLT_MIN ? copysignf(0.0f, a) : a;
-  return flush_subnormal(1.0 / static_cast<double>(in) * (1.0 + gelu_cuda_approx_end() * kRcpRelErr));
+  return host_approx(a, [](double v) { return 1.0 / v; }, kRcpRelErr);
 #endif
 }
 
@@ -143,7 +155,7 @@ GELU_HD inline float exp2_poly(float f) {
 // is the denominator's rounding, E's (9e-9) and half an ulp: as the CPU's.
 GELU_HD inline float xsig_f32(float x, float s) {
   const float a = fabsf(s);
-  const float na = -fmin_(a, 189.0f);  // NaN -> -189: restored at the end
+  const float na = -fmin_(a, 189.0f);  // NaN (x NaN) -> -189: x at the end
   // 64 + round(-a) in the low mantissa bits: the 2^64 goes into the exponent,
   // not into the argument (64 - a would round a off).
   const float j = vadd(na, GELU_MAGIC + 64.0f);
@@ -161,21 +173,21 @@ GELU_HD inline float xsig_f32(float x, float s) {
   // a = 189 (where x * 2^-189 would be left).
   const float sc = sel_nonneg(s, 1.0f, a <= 189.0f ? 0x1p-64f : 0.0f);
   const float ys = vmul(y, sc);
-  // +-inf with t >= 0 stays; NaN s gives NaN.
-  return s != s ? s : sel_nonneg(s, fabsf(x) > FLT_MAX ? x : ys, ys);
+  // t >= 0: x where it is +-inf (the limit), else ys; t < 0: ys (+-inf come
+  // out of it as +-0: x clamped, sc = 0); NaN s (x NaN, or alpha x = 0 * inf):
+  // s. Selects only (a && here became a data-dependent branch).
+  return sel_nonneg(s, fabsf(x) > FLT_MAX ? x : ys, sel_nonneg(-s, ys, s));
 }
 
 // GELU erf form, fp16/bf16 accuracy (see the top).
 GELU_HD inline float erf_half(float x) {
   const float ax = fmin_(fabsf(x), 16.0f);  // NaN -> 16: NaN comes back through e64
   const float e64 = ex2_approx(vfma(vmul(x, x), -0.72134752044448170f, 64.0f));
-  // gelu_erf_half_core's P times 2^-64, and Q.
-  float p = vfma(0x1p-64f * 0.016532758250832558f, ax, 0x1p-64f * 0.11734578013420105f);
-  p = vfma(p, ax, 0x1p-64f * 0.35814496874809265f);
-  p = vfma(p, ax, 0x1p-64f * 0.49999988079071045f);
-  float q = vfma(0.04144779592752457f, ax, 0.2939039468765259f);
-  q = vfma(q, ax, 0.9429411888122559f);
-  q = vfma(q, ax, 1.5141589641571045f);
+  // R = P / Q ~ e^(x^2/2) Phi(-x) (scripts/erf_half_rational.py), P times 2^-64.
+  float p = vfma(0x1p-64f * 0.062518075f, ax, 0x1p-64f * 0.2782533f);
+  p = vfma(p, ax, 0x1p-64f * 0.50001204f);
+  float q = vfma(0.15653312f, ax, 0.70255995f);
+  q = vfma(q, ax, 1.3551407f);
   q = vfma(q, ax, 1.0f);
   const float s = vmul(vmul(p, rcp_approx(q)), e64);  // Phi(-|x|)
   return vfma(-ax, s, fmax_(x, -0.0f));               // x - |x| s, or -|x| s

@@ -197,7 +197,8 @@ float value(int dt, const char* p) {
 int main(int argc, char** argv) {
   const long launches = argc > 1 ? atol(argv[1]) : 3000;
   std::mt19937_64 rng(argc > 2 ? strtoull(argv[2], nullptr, 10) : 20260716u);
-  static const float alphas[] = {1.702f, 1.0f, 0.5f, 3.0f, -1.25f, 0x1p-60f, 0.0f};
+  // +-inf: alpha x = 0 * inf is NaN for x = 0 (xsig_f32's last select).
+  static const float alphas[] = {1.702f, 1.0f, 0.5f, 3.0f, -1.25f, 0x1p-60f, 0.0f, INFINITY, -INFINITY};
   long failures = 0, vector_launches = 0, foreign_grids = 0;
   for (long it = 0; it < launches && failures < 10; ++it) {
     const int form = static_cast<int>(rng() % 3), dt = static_cast<int>(rng() % 3);
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
       memcpy(bg.data + i * es, &u, es);
     }
     const void* b = bias ? bg.data : nullptr;
-    const float alpha = alphas[rng() % 7];
+    const float alpha = alphas[rng() % (sizeof alphas / sizeof alphas[0])];
     gelu_cuda_math::gelu_cuda_approx_end() = static_cast<int>(rng() % 2) * 2 - 1;
     const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
     const bool vec_ok = aligned(xg.data) && aligned(yg.data) && (!bias || (aligned(bg.data) && bl % V == 0));
