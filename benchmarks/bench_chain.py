@@ -54,8 +54,6 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
             cmds["json"] = ([py, *fuse, "--json"], None)
         if before:
             cmds["before"] = ([py, "-S", *fuse], before)
-        if plain:  # the same CLI with the native scanner turned off
-            cmds["plain"] = (["env", "GELU_ONNX_SCAN=0", py, *fuse], None)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
         for _ in range(repeats + warmup):  # the first `warmup` rounds warm caches and are not counted
             for name, (argv, cwd) in cmds.items():
@@ -96,11 +94,6 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
         cc = [r["cpu_seconds"] for r in runs["before"]]
         rec.update(before_s=statistics.median(c), before_ratio=statistics.median(x / y for x, y in zip(c, b)),
                    before_cpu_ratio=statistics.median(x / y for x, y in zip(cc, bc)))
-    if plain:
-        c = [r["seconds"] for r in runs["plain"]]
-        cc = [r["cpu_seconds"] for r in runs["plain"]]
-        rec.update(plain_s=statistics.median(c), plain_ratio=statistics.median(x / y for x, y in zip(c, b)),
-                   plain_cpu_ratio=statistics.median(x / y for x, y in zip(cc, bc)))
     return rec
 
 
@@ -131,15 +124,13 @@ def markdown(doc: dict) -> str:
         "The machine is shared: 1-minute load average before the runs is given (2 = both cores busy).",
         "",
         "| GELUs | nodes | file | gelu-onnx s | bare s | ratio (min-max) | CPU s gelu-onnx / bare (ratio) "
-        "| µs / node | peak RSS gelu-onnx / bare | with --json s (x bare) or GELU_ONNX_SCAN=0 s (x bare, CPU x bare) | before s (x bare, CPU x bare) | load |",
+        "| µs / node | peak RSS gelu-onnx / bare | with --json s (x bare) | before s (x bare, CPU x bare) | load |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["results"]:
         before = (f"{r['before_s']:.2f} ({r['before_ratio']:.1f}x, {r['before_cpu_ratio']:.1f}x)"
                   if "before_s" in r else "")
         js = f"{r['json_s']:.2f} ({r['json_ratio']:.1f}x)" if "json_s" in r else ""
-        if "plain_s" in r:  # the column shows the scanner-off contender instead
-            js = f"{r['plain_s']:.2f} ({r['plain_ratio']:.1f}x, {r['plain_cpu_ratio']:.1f}x)"
         lines.append(
             f"| {r['fused']} {r['file'] if not r['file'].startswith('synth-') else ''}| {r['nodes']} | {r['bytes'] / 1e6:.1f} MB | {r['gelu_onnx_s']:.2f} | {r['bare_s']:.2f} "
             f"| {r['ratio_median']:.1f}x ({r['ratio_min']:.1f}-{r['ratio_max']:.1f}) "
@@ -163,7 +154,6 @@ def main(argv=None) -> int:
                          "older commit) in the same rotation")
     ap.add_argument("--files", default="", help="comma-separated further model files (e.g. the deep exports "
                     "of make_models.py --only deep), run like the chains")
-    ap.add_argument("--plain", action="store_true", help="also time the CLI with GELU_ONNX_SCAN=0")
     ap.add_argument("--with-json", action="store_true", help="also time `fuse --json` (the report of every fusion)")
     ap.add_argument("--note", action="append", default=[], help="a line for the notes under the table")
     ap.add_argument("--json")
@@ -176,7 +166,7 @@ def main(argv=None) -> int:
     paths += [(os.path.basename(f), f) for f in a.files.split(",") if f]
     for key, path in paths:
         r = bench(path, a.repeats, a.timeout, a.warmup,
-                  os.path.abspath(before[key]) if key in before else None, a.with_json, a.plain)
+                  os.path.abspath(before[key]) if key in before else None, a.with_json)
         print(json.dumps(r), flush=True)
         doc["results"].append(r)
     if a.json:

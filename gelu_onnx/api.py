@@ -6,7 +6,8 @@ import os
 from onnx import ModelProto
 
 from .errors import InputError
-from .fusion import functions, standin, targets
+from .fusion.rewrite import checkmodel
+from .fusion import functions, targets
 from .fusion import plan as fusion
 from .fusion.report import Fusion, FuseResult
 from .fusion.targets import Target, TargetName
@@ -42,7 +43,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
     ``base_dir``: the folder a ModelProto's external data lives in (lets
     scalar GELU constants stored externally be read). The input ModelProto is
     never modified unless ``inplace=True``. ``input_check``: also keep the
-    input's check model in ``FuseResult.input_check`` (fusion/standin.py;
+    input's check model in ``FuseResult.input_check`` (fusion/rewrite/checkmodel.py;
     None where the input itself must be checked).
     """
     t = targets.get(target)
@@ -67,7 +68,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         unchanged = False
 
     def keep_check_model(p):
-        res.input_check = standin.check_model(m, p)
+        res.input_check = checkmodel.check_model(m, p)
 
     fusion.rewrite(m, plans, t, res, keep_check_model if input_check and unchanged else None)
     functions.label_inlined(res, fplan)
@@ -88,7 +89,8 @@ def inspect(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, 
     if functions.holds_gelu(m):
         # what fuse would do there (in bodies or inlined) is found by doing it on a copy
         done = fuse_with_report(m, t, base_dir=base_dir)
-        return FuseResult(m, t.name, done.fusions, done.near_misses, done.notes, done.already)
+        return FuseResult(m, t.name, fusions=done.fusions, near_misses=done.near_misses, notes=done.notes,
+                          already=done.already)
     res = FuseResult(m, t.name)
     fusion.report(fusion.plan(m, base_dir, table), t, res)
     return res

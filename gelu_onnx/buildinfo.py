@@ -55,6 +55,9 @@ def _native() -> dict:
     built["ort_library_path"] = str(lib) if lib is not None else None
     trt = folder / "libgelu_onnx_trt.so"
     built["tensorrt_plugin_path"] = str(trt) if trt.is_file() else None
+    from .onnxio import wire
+
+    built["scanner"] = wire.built()
     return built
 
 
@@ -74,6 +77,7 @@ def _runtime() -> dict:
 
 def build_info() -> dict:
     """Versions, what was built, what the machine offers, and what is missing."""
+    from .onnxio.wire import LIBRARY
     from .version import __version__
 
     info = {"gelu_onnx": __version__, "onnx": _version("onnx"), "numpy": _version("numpy")}
@@ -86,6 +90,9 @@ def build_info() -> dict:
     if not info["onnxruntime_flavours"]:
         warnings.append("no onnxruntime is installed: fuse and inspect work; check and bench need one "
                         "(pip install 'gelu-onnx[cpu]' or 'gelu-onnx[gpu]')")
+    if not info["build"]["scanner"]:
+        warnings.append(f"the native model scanner ({LIBRARY}) is not built or does not load: fuse and "
+                        "inspect cannot run without it (reinstall: pip install -e . or make setup)")
     if info["build"].get("ort_library_path") is None:
         warnings.append("the ONNX Runtime custom-op library is not available: fused models run through their "
                         "model-local functions (slower); see build.missing")
@@ -104,6 +111,7 @@ def describe(info: dict) -> list[str]:
         f"gelu-onnx {info['gelu_onnx']} (onnx {info['onnx']}, numpy {info['numpy']})",
         f"ONNX Runtime custom-op library: {yes[b.get('ort_library_path') is not None]}"
         + (f" ({b['ort_library_path']})" if b.get("ort_library_path") else ""),
+        f"native model scanner (required): {yes[b.get('scanner')]}",
         f"CUDA kernels: {yes[b.get('cuda_kernels')]}"
         + (f" (CUDA {b.get('cuda_version')}, architectures {b.get('cuda_architectures')})"
            if b.get("cuda_kernels") else ""),

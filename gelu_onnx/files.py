@@ -4,7 +4,7 @@ files, as library calls (``gelu_onnx.fuse_file``, ``gelu_onnx.inspect_file``).
 fuse_file, top to bottom: refuse a bad input path -> load (a big single-file
 model as a skeleton whose weights stay in the file) -> onnx.checker's full
 check of the input (for a model in memory without external data or
-functions: after matching, on its check model, fusion/standin.py) -> fuse ->
+functions: after matching, on its check model, fusion/rewrite/checkmodel.py) -> fuse ->
 the lowest IR version the model needs, within what the installed onnxruntime loads ->
 onnx.checker (before writing when the model fits in memory, else on the
 written file) -> one atomic write that keeps what it replaces until the check
@@ -211,7 +211,7 @@ def _no_cycle_collection():
 
 def _quick_check(loaded, skel) -> bool:
     """Whether the input is checked after fusing, on its check model
-    (fusion/standin.py: repeated GELU regions stood in for), rather than
+    (fusion/rewrite/checkmodel.py: repeated GELU regions stood in for), rather than
     whole before: a model in memory without external data or functions."""
     from . import onnxio
 

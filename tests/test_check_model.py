@@ -1,4 +1,4 @@
-"""The input's check model (gelu_onnx/fusion/standin.py): fuse checks a chain of
+"""The input's check model (gelu_onnx/fusion/rewrite/checkmodel.py): fuse checks a chain of
 repeated GELUs on a model where repeats are stood in for. It must refuse
 every input that onnx.checker's full check of the input itself refuses.
 
@@ -182,10 +182,9 @@ def test_every_repeat_but_the_first_is_stood_in_for(tmp_path, bias):
     # The first GELU of each class whole (with two assertion Adds), the others
     # one Add each: with its bias Add, Add(h, b) -> root (the bias Add's own
     # inputs), else Add(x, 0) -> root. Without bias Adds the first GELU reads
-    # the graph input, whose type is declared: a class of its own. Without
-    # the native scanner (fusion/standin.py) a bias Add stays as it is.
+    # the graph input, whose type is declared: a class of its own.
     whole = 1 if bias else 2
-    collapsed = bias and onnxio.wire.available()
+    collapsed = bias
     assert [n.op_type for n in c.graph.node].count("Erf") == whole
     assert len(c.graph.node) == len(m.graph.node) - (N - whole) * (5 if collapsed else 4) + 2 * whole
     if collapsed:  # the bias Adds of the repeats are gone, their inputs read by the stand-ins

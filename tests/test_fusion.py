@@ -273,7 +273,7 @@ def test_bias_after_matmul_needs_no_shape_inference(monkeypatch):
     """h = MatMul(x, W) with a constant W: h's last dim is W's, so the bias is
     folded without running onnx's shape inference over the model (a deep
     export paid 0.25 s for it); the same fusion as when inference answers."""
-    from gelu_onnx.fusion import bias
+    from gelu_onnx.fusion.match import bias
 
     rng = np.random.default_rng(5)
     w = nh.from_array(rng.standard_normal((4, 8)).astype(np.float32), "W")
@@ -293,7 +293,7 @@ def test_bias_after_matmul_needs_no_shape_inference(monkeypatch):
 
 
 def _index(m):
-    from gelu_onnx.fusion.graph import GraphIndex
+    from gelu_onnx.fusion.index.graph import GraphIndex
 
     return GraphIndex(m.graph)
 

@@ -98,7 +98,7 @@ def _lists_ops(node) -> bool:
     return sum(isinstance(e, ast.Constant) and e.value in ops.OPS for e in elts) >= 2
 
 
-@pytest.mark.parametrize("path", [p for p in (ROOT / "gelu_onnx" / "fusion").glob("*.py") if p != OPS_MODULE],
+@pytest.mark.parametrize("path", [p for p in (ROOT / "gelu_onnx" / "fusion").rglob("*.py") if p != OPS_MODULE],
                          ids=rel)
 def test_the_op_vocabulary_is_written_only_in_the_op_table(path):
     tree = ast.parse(path.read_text())

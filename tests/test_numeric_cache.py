@@ -1,4 +1,4 @@
-"""The numeric check is cached per region structure (fusion.numeric.checked_region): a chain
+"""The numeric check is cached per region structure (fusion.match.numeric.checked_region): a chain
 of N identical GELUs is checked once, and the cache never lets a region
 through on another region's result — its key holds every constant's dtype and
 stored bytes, the ops, their wiring and x's type.
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper as h, numpy_helper as nh
 
 import gelu_onnx
-from gelu_onnx.fusion import numeric
+from gelu_onnx.fusion.match import numeric
 
 SQRT2 = float(np.sqrt(2.0))
 

@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto as T, defs, helper as h, numpy_helper as nh, version_converter
 
 from gelu_onnx.errors import UnsupportedError
-from gelu_onnx.fusion import opset_adapters, opset_steps, opset_upgrade
+from gelu_onnx.fusion.opset import adapters as opset_adapters, steps as opset_steps, upgrade as opset_upgrade
 
 RNG = np.random.default_rng(7)
 X = (RNG.standard_normal((2, 3, 4, 5)) * 2).astype(np.float32)

@@ -1,5 +1,5 @@
 """`standard` below opset 20: the default-domain opset is raised op by op from
-the ONNX schemas (gelu_onnx.fusion.opset_upgrade), never by onnx.version_converter.
+the ONNX schemas (gelu_onnx.fusion.opset.upgrade), never by onnx.version_converter.
 
 Checks: adapted ops (Reduce* axes, Split) run like the original in ONNX
 Runtime inside a fused model; ops with no proven path are refused with exit 3
@@ -23,7 +23,7 @@ from onnx import TensorProto, helper as h, numpy_helper as nh
 
 import gelu_onnx
 from gelu_onnx import contract
-from gelu_onnx.fusion import opset_upgrade
+from gelu_onnx.fusion.opset import upgrade as opset_upgrade
 from gelu_onnx.errors import UnsupportedError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -22,17 +23,23 @@ MODELS = sorted((ROOT / "models").glob("*.onnx"))
 SCAN = ROOT / "plugins" / "scan"
 
 
-@pytest.fixture(autouse=True)
-def _scanner_on(monkeypatch):
-    """These tests are about the scanner itself: on even where GELU_ONNX_SCAN=0
-    sends the fuse pass the Python way."""
-    monkeypatch.delenv(wire.ENV_SWITCH, raising=False)
-
-
 def test_the_scanner_is_built():
-    """CMake builds it always (no dependencies); without it fuse takes the slow
-    Python path. Whether it is built, not whether GELU_ONNX_SCAN=0 turned it off."""
+    """CMake builds it always (no dependencies); the fuse pass needs it."""
     assert wire.built(), "libgelu_onnx_scan.so is not built (pip install . builds it)"
+
+
+def test_without_the_scanner_fuse_fails_clearly_and_info_says_so(tmp_path):
+    """A build that lost its scanner: one line and exit 3 from fuse (nothing
+    written), and gelu-onnx info names what is missing."""
+    env = {**os.environ, wire.ENV_LIBRARY: str(tmp_path / "no-such-library.so")}
+    dst = tmp_path / "out.onnx"
+    run = subprocess.run([sys.executable, "-m", "gelu_onnx", "fuse", str(MODELS[0]), "-o", str(dst)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3 and not dst.exists()
+    assert run.stderr.count("\n") == 1 and wire.LIBRARY in run.stderr and "is not built" in run.stderr
+    info = subprocess.run([sys.executable, "-m", "gelu_onnx", "info"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert "native model scanner (required): no" in info.stdout and wire.LIBRARY in info.stdout
 
 
 def _agree(data: bytes, s) -> None:

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from gelu_onnx import cli, onnxio
 from gelu_onnx.onnxio import protowire, splice
 from gelu_onnx.errors import GeluOnnxError, InputError
-from gelu_onnx.fusion.graph import tensor_value
+from gelu_onnx.fusion.index.graph import tensor_value
 
 H, F = 32, 128  # weights of 16 KiB: stripped at the lowered threshold
 STRIP = 4096

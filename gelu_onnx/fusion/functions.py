@@ -48,7 +48,7 @@ class FunctionPlan:
 def _holds_anchor(nodes) -> bool:
     """An Erf/Tanh/Sigmoid a spelled GELU hangs on, or a GELU already written
     as one op (the TorchScript exporter at opset 20 puts Gelu in the functions)."""
-    from .native import describe
+    from .match.single_op import describe
 
     for n in nodes:
         if (n.domain in _DEFAULT and n.op_type in ANCHOR_OPS) or describe(n) is not None:
@@ -306,7 +306,7 @@ def _default(imports) -> int:
 def _put_back(model: ModelProto, f: FunctionProto, fused: ModelProto) -> None:
     """The fused body becomes f's body; its new opset imports and model-local
     functions (our op's math) go to f and to the model."""
-    from .rewrite import add_functions, ensure_opset
+    from .rewrite.emit import add_functions, ensure_opset
 
     del f.node[:]
     f.node.extend(fused.graph.node)

@@ -17,19 +17,20 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import ModelProto, TensorProto
 
-from . import native
-from .bias import InferredShapes, find_bias
-from .findings import Match, NearMiss
-from .graph import GraphIndex
-from .legacy import find_legacy, legacy_nodes
-from .match import find_matches
-from .matchset import MatchSet, RegionInputs
-from .replay import replay_bias, replay_matches
+from .match import single_op
+from .match.bias import InferredShapes, find_bias
+from .match.findings import Match, NearMiss
+from .index.graph import GraphIndex
+from .match.single_op import find_legacy, legacy_nodes
+from .match.matcher import find_matches
+from .replay.matches import MatchSet, RegionInputs
+from .replay.matches import replay_bias, replay_matches
 from .report import FuseResult, record
-from .setrewrite import rewrite_graph, set_records
-from .rewrite import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
-                      replace_regions, wider)
+from .rewrite.setrewrite import rewrite_graph, set_records
+from .rewrite.emit import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
+                           replace_regions, wider)
 from .targets import Target
+from ..onnxio.arraycheck import scanned_table
 from ..onnxio.walk import subgraphs
 
 
@@ -71,7 +72,7 @@ class Selected:
 
 @dataclass
 class SelectedSet:
-    """A MatchSet (fusion/matchset.py) the target rewrites, every member
+    """A MatchSet (fusion/replay/matches.py) the target rewrites, every member
     alike: the decisions select took on its representative."""
 
     set: MatchSet
@@ -119,8 +120,12 @@ class Plan:
 def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
     """Match every graph without changing anything; indexes stay valid for
     the rewrite that follows (inner graphs first). ``table``: the main
-    graph's onnxio.NodeTable, if validation read it (GraphIndex checks it
-    belongs to the graph)."""
+    graph's onnxio table, if validation read it (GraphIndex checks it
+    belongs to the graph). A main graph is read by the native scanner
+    (its file's bytes, else its own serialization); only what the arrays
+    do not cover is indexed over the protos (onnxio.arraycheck.scanned_table)."""
+    if not getattr(table, "lazy", False) or table.graph is not model.graph:
+        table = scanned_table(model) or table
     out: list[GraphPlan] = []
     inferred = InferredShapes(model)  # runs only when an undeclared shape is asked for
 
@@ -133,7 +138,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
                 label = node.name or f"{node.op_type}#{i}"
                 visit(sub, idx, f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
         # a main graph the native scanner read: the matcher once per distinct
-        # neighbourhood, its answers carried to the rest (fusion/replay.py)
+        # neighbourhood, its answers carried to the rest (fusion/replay/matches.py)
         replayed = replay_matches(idx)
         sets: list[MatchSet] = []
         if replayed is None:
@@ -141,7 +146,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
         else:
             sets, matches, misses = replayed.sets, replayed.singles, replayed.misses
             idx.region_inputs = RegionInputs(idx, sets)
-        ones, one_misses = native.find_native(idx)
+        ones, one_misses = single_op.find_native(idx)
         misses += one_misses
         for m in matches:
             idx.region_inputs[m.root] = [m.leaf, *sorted(m.consts)]
@@ -210,7 +215,7 @@ def _decide(idx, c: Candidate, target: Target):
         return "miss", NearMiss(idx.path, idx.label(mt.anchor), why.code, why.reason, mt.form)
     use_bias = c.has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
     em = target.emission(mt.form, use_bias, mt.alpha)
-    if native.already_target(mt, em, use_bias):
+    if single_op.already_target(mt, em, use_bias):
         return "already", record(idx, mt, em, use_bias, ct)
     return "selected", Selected(c, ct, em)
 
@@ -279,7 +284,7 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
                 new = legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph)
                 regions.append((mt, new, False))
             else:
-                emit = native.emit if mt.single_op is not None else emit_nodes
+                emit = single_op.emit if mt.single_op is not None else emit_nodes
                 regions.append((mt, emit(mt, s.emission, s.compute_type, s.use_bias, names), s.use_bias))
                 dead.update(mt.consts)
             res.fusions.append(record(idx, mt, s.emission, s.use_bias, s.compute_type))
@@ -290,6 +295,6 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
     # constants and stale value_info went with its rewrite (setrewrite)
     graphs = [g.index.graph for g in plan.graphs if g.index.arrays is None]
     drop_dead_constants(m, dead, graphs)
-    native.drop_unused_functions(m)
+    single_op.drop_unused_functions(m)
     drop_stale_value_info(m, graphs)
     target.finish(m, plan.opset, fn_dtype)

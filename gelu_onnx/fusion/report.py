@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from onnx import ModelProto
 
 from .. import contract as C
-from .graph import GraphIndex
-from .findings import Match
-from .findings import NearMiss
-from .rewrite import Emission
+from .index.graph import GraphIndex
+from .match.findings import Match, NearMiss
+from .rewrite.emit import Emission
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Fusion:
     form: str
     bias: bool
@@ -40,7 +39,7 @@ class FuseResult:
     # GELUs already written as the target's own op, with nothing to absorb.
     already: list[Fusion] = field(default_factory=list)
     # fuse_with_report(input_check=True): the input's check model, serialized
-    # (fusion/standin.py), or None when the input itself is to be checked.
+    # (fusion/rewrite/checkmodel.py), or None when the input itself is to be checked.
     input_check: bytes | None = field(default=None, repr=False)
 
     def summary(self) -> dict:
@@ -70,5 +69,5 @@ def record(idx: GraphIndex, mt: Match, em: Emission, use_bias: bool, compute_typ
     names = [idx.label(i) for i in mt.nodes]
     if use_bias and mt.bias_node is not None:
         names.insert(0, idx.label(mt.bias_node))
-    return Fusion(mt.form, use_bias, mt.alpha, idx.path, mt.root, names,
-                  C.FLOAT_DTYPES.get(compute_type, str(compute_type)), em.qualified)
+    return Fusion(form=mt.form, bias=use_bias, alpha=mt.alpha, graph=idx.path, root=mt.root, nodes=names,
+                  dtype=C.FLOAT_DTYPES.get(compute_type, str(compute_type)), op=em.qualified)

@@ -15,8 +15,8 @@ from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TensorPro
 
 from .. import contract as C
 from ..errors import InputError
-from .findings import Code
-from .rewrite import Emission, add_functions, default_opset, ensure_opset
+from .match.findings import Code
+from .rewrite.emit import Emission, add_functions, default_opset, ensure_opset
 
 TargetName = Literal["custom", "standard", "ort"]
 
@@ -77,9 +77,9 @@ class Target:
 
     def prepare(self, model: ModelProto, notes: list[str]) -> None:
         """Raise the default-domain opset to min_opset, after proving op by op
-        from the ONNX schemas that every op keeps its meaning (opset_upgrade;
+        from the ONNX schemas that every op keeps its meaning (opset.upgrade;
         it refuses naming the op otherwise)."""
-        from . import opset_upgrade
+        from .opset import upgrade as opset_upgrade
         old = default_opset(model)
         notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model, self.min_opset)))
 

@@ -29,32 +29,28 @@ for _t, _b in ELEM_BITS.items():
 _DIM_LIMIT = 1 << 31  # larger dims: products could overflow int64; those tensors go one by one
 
 
-def array_pass(v, g, scan) -> ArrayTable:
-    """Validator.graph()'s checks of the main graph ``g``, from ``scan``
-    (its bytes, scanned); the graph's ArrayTable, or Recheck."""
-    s = scan
+def _plain_structure(g, s) -> bool:
+    """Whether ``s`` (a scan of ``g``'s bytes) is a graph the arrays cover
+    whole: no subgraph, no function-attribute reference, no sparse
+    initializer; every name written once, read after it is written."""
     n = s.n_nodes
     if (n != len(g.node) or len(s.init_name) != len(g.initializer) or len(s.input_name) != len(g.input)
             or len(s.output_name) != len(g.output) or len(s.vi_name) != len(g.value_info)
             or len(g.sparse_initializer)):
-        raise Recheck  # not the graph that was scanned (cannot happen for one parse of one buffer)
+        return False  # not the graph that was scanned (cannot happen for one parse of one buffer)
     if (s.node_flags & (NF_SUBGRAPH | NF_REF)).any():
-        raise Recheck  # subgraphs: one_pass walks them; references: node_op words them
+        return False  # subgraphs: one_pass walks them; references: node_op words them
     inputs, inits = s.input_name, s.init_name
     if not (inputs.all() and inits.all()) or len(unique(inputs)) != len(inputs) \
             or len(unique(inits)) != len(inits):
-        raise Recheck  # an empty or repeated input / initializer name
-    _tensors(v, g, s)
-    for i in np.flatnonzero(s.node_flags & NF_TENSOR).tolist():
-        for t in attr_tensors(g.node[i].attribute):
-            v.tensor(t)
+        return False  # an empty or repeated input / initializer name
     # every name written once: the graph's inputs and initializers (one may
     # be both) and every node output that is not omitted
     outs = s.out_ids[s.out_ids != 0]
     given = unique(np.concatenate([inputs, inits]))
     written = np.concatenate([given, outs])
     if len(unique(written)) != len(written):
-        raise Recheck
+        return False
     # every input read after it is written (so the nodes are in order, and acyclic)
     when = np.full(len(s.names), n, np.int64)  # n: never written
     when[given] = -1
@@ -62,9 +58,32 @@ def array_pass(v, g, scan) -> ArrayTable:
     reader = np.repeat(np.arange(n), np.diff(s.node_in_off))
     read = s.in_ids != 0
     if (when[s.in_ids[read]] >= reader[read]).any():
-        raise Recheck
-    if not s.output_name.all() or (when[s.output_name] >= n).any():
-        raise Recheck
+        return False
+    return bool(s.output_name.all()) and not (when[s.output_name] >= n).any()
+
+
+def scanned_table(model) -> ArrayTable | None:
+    """The main graph of ``model`` (a ModelProto, not validated here) as an
+    ArrayTable of its own serialization, or None when the arrays do not
+    cover it (subgraphs, sparse initializers, names the scanner declines,
+    names written twice or out of order): the fuse pass then indexes the
+    protos (fusion/index/graph.py)."""
+    from .wire import scan_model
+
+    s = scan_model(model)
+    return ArrayTable(model.graph, s) if s is not None and _plain_structure(model.graph, s) else None
+
+
+def array_pass(v, g, scan) -> ArrayTable:
+    """Validator.graph()'s checks of the main graph ``g``, from ``scan``
+    (its bytes, scanned); the graph's ArrayTable, or Recheck."""
+    s = scan
+    if not _plain_structure(g, s):
+        raise Recheck  # onepass finds and words what is wrong, or walks the subgraphs
+    _tensors(v, g, s)
+    for i in np.flatnonzero(s.node_flags & NF_TENSOR).tolist():
+        for t in attr_tensors(g.node[i].attribute):
+            v.tensor(t)
     # every (op, domain) imported and known
     kinds = unique(s.node_op.astype(np.int64) << 32 | s.node_dom.astype(np.int64))
     known_ops(v, ((s.names[k >> 32], s.names[k & 0xFFFFFFFF]) for k in kinds.tolist()))

@@ -1,6 +1,6 @@
 """A graph's nodes as the native scanner read them (onnxio.wire): what
 onepass.NodeTable is, as numpy arrays with list- and dict-like views over
-them. fusion.graph.GraphIndex indexes a graph through these views exactly as
+them. fusion.index.graph.GraphIndex indexes a graph through these views exactly as
 through its own dicts, and the fuse pass's vectorised steps use the arrays:
 no Python object is made per node until something asks for that node.
 

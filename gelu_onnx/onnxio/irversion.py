@@ -108,7 +108,7 @@ def serialized_facts(model: onnx.ModelProto) -> tuple[bytes | None, ModelFacts]:
         data = model.SerializeToString()
     except (EncodeError, ValueError):
         return None, model_facts(model)
-    s = wire.scan(data) if wire.available() else None
+    s = wire.scan(data)
     facts = _scanned_facts(model, s) if s is not None else None
     return data, facts if facts is not None else model_facts(model)
 

@@ -19,7 +19,7 @@ from .onepass import NodeTable
 from .validate import Validator, one_line, quote, validate_model, validate_model_table
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoadedModel:
     """A parsed, validated model and where it came from.
 
@@ -40,11 +40,6 @@ class LoadedModel:
     table: NodeTable | ArrayTable | None = None
     # the file's bytes, when the scanner read them (the fuse pass copies from them)
     data: bytes | None = None
-
-    @property
-    def has_external_data(self) -> bool:
-        return bool(self.external_files)
-
 
 
 def _read(path: str, size: int) -> bytes:
@@ -105,12 +100,20 @@ def load_model(path) -> LoadedModel:
         raise InputError(f"{where}: not a valid ONNX model (protobuf parse failed: "
                          "truncated, damaged or not ONNX)") from None
     base = os.path.realpath(os.path.dirname(apath))
+    scan = _scan(data, model)
+    files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
+    return LoadedModel(model=model, path=apath, base_dir=base, external_files=files, file_size=st.st_size,
+                       table=table, data=scan.data if isinstance(table, ArrayTable) else None)
+
+
+def _scan(data: bytes, model: onnx.ModelProto):
+    """The native scanner's reading of the bytes ``model`` was parsed from;
+    of the model's own serialization when it declines those (protobuf
+    groups, a field given twice: protobuf normalises them)."""
     from . import wire
 
-    scan = wire.scan(data) if wire.available() else None
-    files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
-    return LoadedModel(model, apath, base, files, st.st_size, table,
-                       data if isinstance(table, ArrayTable) else None)
+    s = wire.scan(data)
+    return s if s is not None else wire.scan_model(model)
 
 
 def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
@@ -122,21 +125,19 @@ def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
     if isinstance(model_or_path, onnx.ModelProto):
         files = validate_model(model_or_path, base_dir=base_dir, where="model")
         base = os.path.realpath(base_dir) if base_dir is not None else None
-        return LoadedModel(model_or_path, None, base, files, 0)
+        return LoadedModel(model=model_or_path, base_dir=base, external_files=files)
     if isinstance(model_or_path, (bytes, bytearray, memoryview)):
         model = onnx.ModelProto()
         try:
             model.ParseFromString(model_or_path)
         except (DecodeError, ValueError, RuntimeError, TypeError):
             raise InputError("model bytes: not a valid ONNX model (protobuf parse failed)") from None
-        from . import wire
-
         data = bytes(model_or_path)
-        scan = wire.scan(data) if wire.available() else None
+        scan = _scan(data, model)
         files, table = validate_model_table(model, base_dir=base_dir, where="model bytes", scan=scan)
         base = os.path.realpath(base_dir) if base_dir is not None else None
-        return LoadedModel(model, None, base, files, len(data), table,
-                           data if isinstance(table, ArrayTable) else None)
+        return LoadedModel(model=model, base_dir=base, external_files=files, file_size=len(data), table=table,
+                           data=scan.data if isinstance(table, ArrayTable) else None)
     if isinstance(model_or_path, LoadedModel):
         return model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):

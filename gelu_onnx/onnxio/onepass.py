@@ -1,6 +1,6 @@
 """The one-pass check of a graph in topological order (onnxio.validate runs
 it first, and its own graph() only when this one sees anything unusual), and
-the graph's nodes as it read them (NodeTable: fusion.graph.GraphIndex
+the graph's nodes as it read them (NodeTable: fusion.index.graph.GraphIndex
 indexes those instead of reading the nodes again)."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .walk import attr_tensors, subgraphs
 class NodeTable:
     """One graph's nodes as Python lists, read once while validating.
     Reading protobuf fields is most of what a pass over a big graph costs,
-    so the fuse pass indexes these (fusion.graph.GraphIndex) rather than
+    so the fuse pass indexes these (fusion.index.graph.GraphIndex) rather than
     reading the nodes again. Valid while ``graph`` is unchanged."""
 
     graph: onnx.GraphProto

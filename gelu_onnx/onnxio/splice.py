@@ -94,10 +94,6 @@ class Skeleton:
     def model(self) -> ModelProto:
         return self.loaded.model
 
-    @property
-    def stripped_bytes(self) -> int:
-        return sum(s.end - s.start for s in self.stripped.values())
-
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
@@ -247,7 +243,8 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
     except BaseException:
         os.close(fd)
         raise
-    loaded = LoadedModel(model, real, os.path.dirname(real), (real,) if stripped else (), st.st_size)
+    loaded = LoadedModel(model=model, path=real, base_dir=os.path.dirname(real),
+                         external_files=(real,) if stripped else (), file_size=st.st_size)
     return Skeleton(loaded, real, st.st_size, {s.entry: s for s in stripped}, fd)
 
 

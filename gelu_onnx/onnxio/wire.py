@@ -2,13 +2,13 @@
 file's bytes read once into flat numpy arrays, for the fuse pass's per-node
 work without one Python object per node.
 
-``scan(data)`` returns a ``Scan`` or None: None when the library is not
-built (a source checkout), is turned off (``GELU_ONNX_SCAN=0``), or the
-bytes are anything it does not map exactly (malformed, protobuf groups, the
-graph field twice, a name that is not UTF-8 or holds a NUL, sparse
-initializers...). None always means: take the ordinary Python path, which
-reads, refuses and words everything as before. A Scan is a fact about bytes
-that protobuf also parsed; nothing here refuses a file.
+The library is required: ``scan`` raises ScannerMissing when it is not
+built (``gelu-onnx info`` says so). ``scan(data)`` returns a ``Scan`` or
+None: None when the bytes are anything it does not map exactly (malformed,
+protobuf groups, the graph field twice, a name that is not UTF-8 or holds a
+NUL...). ``scan_model`` scans a parsed model's own serialization (protobuf
+normalises groups and repeated fields). A Scan is a fact about bytes that
+protobuf also parsed; nothing here refuses a file.
 
 The arrays (main graph only): per node ``node_op``, ``node_dom``,
 ``node_name`` (string ids), ``node_flags`` (NF_*), ``node_start`` /
@@ -28,13 +28,13 @@ string table.
 from __future__ import annotations
 
 import ctypes
-import os
 
 import numpy as np
 
+from ..errors import UnsupportedError
+
 LIBRARY = "libgelu_onnx_scan.so"
 ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
-ENV_SWITCH = "GELU_ONNX_SCAN"  # "0": never use the scanner
 ABI_VERSION = 2
 
 OK, MALFORMED, UNSUPPORTED = 0, 1, 2
@@ -91,14 +91,22 @@ def _library():
     return _lib or None
 
 
+class ScannerMissing(UnsupportedError):
+    """The package was installed without its native scanner (a broken build)."""
+
+
 def built() -> bool:
-    """Whether the library is built and loads (GELU_ONNX_SCAN=0 or not)."""
+    """Whether the library is built and loads."""
     return _library() is not None
 
 
-def available() -> bool:
-    """Whether scan() can run (the library is built and not turned off)."""
-    return os.environ.get(ENV_SWITCH, "1") != "0" and built()
+def require():
+    """The loaded library; ScannerMissing when there is none."""
+    lib = _library()
+    if lib is None:
+        raise ScannerMissing(f"{LIBRARY} (plugins/scan) is not built or does not load: the fuse pass "
+                             "needs it; reinstall the package (pip install -e . or make setup)")
+    return lib
 
 
 class Names:
@@ -179,13 +187,6 @@ class Scan:
                                     len(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
         return out
 
-    def distinct(self, strings: list[bytes]) -> bool:
-        """Whether the byte strings are all different from one another."""
-        off = np.zeros(len(strings) + 1, np.int64)
-        np.cumsum([len(b) for b in strings], out=off[1:])
-        blob = b"".join(strings)
-        return bool(self._lib.gos_distinct(blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(strings)))
-
     def find_blob(self, blob: bytes, off: np.ndarray) -> np.ndarray:
         """find() of each string blob[off[k]:off[k+1]], as an int32 array."""
         off = np.ascontiguousarray(off, np.int64)
@@ -207,11 +208,8 @@ class Scan:
 
 
 def raw_scan(data: bytes) -> Scan | None:
-    """The scanner's answer for ``data`` whatever its status (tests), or None
-    without a library."""
-    lib = _library()
-    if lib is None:
-        return None
+    """The scanner's answer for ``data`` whatever its status (tests)."""
+    lib = require()
     handle = lib.gos_scan(data, len(data))
     if not handle:
         return None
@@ -237,10 +235,15 @@ def raw_scan(data: bytes) -> Scan | None:
 
 def scan(data: bytes) -> Scan | None:
     """A Scan of ``data`` when the scanner maps it exactly, else None (see
-    the module doc: None means the ordinary Python path)."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
-        return None
+    the module doc)."""
     s = raw_scan(data)
     if s is None or s.status != OK or (s.str_flags & (SF_BAD_UTF8 | SF_NUL)).any():
         return None
     return s
+
+
+def scan_model(model) -> Scan | None:
+    """A Scan of ``model`` (a ModelProto) as protobuf serializes it: how
+    an in-memory model, a function body or a model whose file bytes the
+    scanner declined (groups, a field twice) is read."""
+    return scan(model.SerializeToString())

@@ -270,7 +270,3 @@ def describe_inputs(feeds: Mapping[str, np.ndarray], source: str) -> list[dict]:
 
 def dtype_str(a: np.ndarray) -> str:
     return "bfloat16" if is_bf16(a) else ("string" if a.dtype.kind in "OUS" else str(a.dtype))
-
-
-def _show_dims(dims) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

@@ -20,7 +20,7 @@ touched. The faults are the ones a wrong fuser would write (issue 23):
 
 The GELUs are the single-op GELUs of the main graph (our ai.gelu_onnx ops,
 ONNX Gelu, com.microsoft Gelu/BiasGelu/FastGelu/QuickGelu), in graph order,
-as gelu_onnx.fusion.native reads them. A fault that does not apply to the
+as gelu_onnx.fusion.match.single_op reads them. A fault that does not apply to the
 chosen GELU (erf_as_tanh on a tanh GELU, a bias-less GELU without a bias
 Add before it, ...) raises ValueError. Exactly one existing node changes;
 double_bias adds one Add node and custom-op faults add the model-local
@@ -35,8 +35,8 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from gelu_onnx import contract as C
-from gelu_onnx.fusion import native
-from gelu_onnx.fusion.rewrite import default_opset
+from gelu_onnx.fusion.match import single_op as native
+from gelu_onnx.fusion.rewrite.emit import default_opset
 from gelu_onnx.fusion.targets import make_function
 
 KINDS = ("wrong_input", "drop_bias", "double_bias", "erf_as_tanh", "quick_alpha_one")

@@ -1,11 +1,11 @@
-"""A traced run of the matcher or the bias search (fusion/trace.py) in
+"""A traced run of the matcher or the bias search (fusion/replay/trace.py) in
 offsets from its anchor, and its confirmation for other anchors with array
-gathers (fusion/replay.py says what is confirmed and why it suffices)."""
+gathers (fusion/replay/matches.py says what is confirmed and why it suffices)."""
 from __future__ import annotations
 
 import numpy as np
 
-from .region import scalar_const
+from ..match.region import scalar_const
 from .trace import Trace, const_key
 
 # A name read by more nodes than this is not compared reader by reader.
@@ -40,9 +40,6 @@ class Template:
     def slot(self, name) -> int | None:
         i = self.base.arrays.id_of(name)
         return self.slot_of.get(i) if i >= 0 else None
-
-    def names_of(self, S: np.ndarray, slot: int) -> list[str]:
-        return self.base.arrays.names.take(S[:, slot])
 
     def confirm(self, anchors: np.ndarray):
         """(mask of the anchors confirmed, their slot names: one row each)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 from onnx import GraphProto, NodeProto, TensorProto
 
 from .constants import ConstInfo, constant_node_value, elem_type_of, fold, tensor_value
-from ..onnxio.walk import subgraphs
-from .ops import ELEMENTWISE, FOLDABLE
+from ...onnxio.walk import subgraphs
+from ..ops import ELEMENTWISE, FOLDABLE
 from .shapes import elementwise_shape
 
 
@@ -61,7 +61,7 @@ class GraphIndex:
             self._from_arrays(table, declared_types, declared_shapes)
         else:
             self._from_graph(graph, table, declared_types, declared_shapes)
-        # The matcher's per-graph caches (fusion/region.py, fusion/numeric.py),
+        # The matcher's per-graph caches (fusion/match/region.py, fusion/match/numeric.py),
         # filled lazily: scalar constants by name, 1/0 = node may / may not be
         # inside a GELU region (-1 unknown), numeric checks by region key.
         self.scalar_consts: dict[str, ConstInfo | None] = {}
@@ -75,8 +75,8 @@ class GraphIndex:
         self._maybe_const: dict[str, bool | None] = {}
         self._maybe_arr = None  # maybe_constant(), for an array-backed graph
         self._names: set[str] | None = None
-        self.shape_memo: dict[str, list | None] = {}  # fusion.shapes.elementwise_shape's
-        self.carried = None  # fusion.carry.Shapes: elementwise_shape solved in bulk (array-backed graphs)
+        self.shape_memo: dict[str, list | None] = {}  # fusion.index.shapes.elementwise_shape's
+        self.carried = None  # fusion.index.shapes.Shapes: elementwise_shape solved in bulk (array-backed graphs)
         self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
 
     def _from_graph(self, graph, table, value_types, value_shapes) -> None:
@@ -138,7 +138,7 @@ class GraphIndex:
         """The same maps and lists as views over an onnxio.ArrayTable (the
         native scanner's arrays): nothing is made per node until asked for.
         Such a graph holds no subgraphs (the scanner's path declines them)."""
-        from ..onnxio.arraytable import DeclaredOrInitializer, NameLists
+        from ...onnxio.arraytable import DeclaredOrInitializer, NameLists
 
         s = table.scan
         self.graph_inputs = set(table.names.take(s.input_name))
@@ -373,7 +373,7 @@ class GraphIndex:
         to = self._type_of(node.input[1], 8)
         if c is None or c.value.size > 16 or to not in _FLOAT_TYPES:
             return None
-        from ..contract import np_dtype
+        from ...contract import np_dtype
 
         return ConstInfo(c.value.astype(np_dtype(to)), to, producer=i)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 
-from .ops import OPS, cast_to
+from ..ops import OPS, cast_to
 
 
 @dataclass
@@ -36,7 +36,7 @@ def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | No
         if t.data_location == TensorProto.EXTERNAL:
             if n != 1 or base_dir is None:
                 return None
-            from ..onnxio import tensor_array
+            from ...onnxio import tensor_array
 
             return tensor_array(t, base_dir)
         return numpy_helper.to_array(t)

@@ -1,26 +1,79 @@
-"""fusion.shapes.elementwise_shape for many names of an array-backed main
-graph at once (a chain of 100 000 GELUs asks it 100 000 times, each answer
-one step from the last).
+"""Shapes carried through elementwise nodes (GraphIndex.shape asks these
+before onnx's shape inference): ONNX's broadcast of the input shapes, back
+to declared shapes and constants. A matched GELU region is elementwise over
+its x and constants, so its root's shape is their broadcast, taken in one
+step (GraphIndex.region_inputs) rather than node by node.
 
-The same equations as elementwise_shape: a name's shape is given when it is
-declared (value_info, graph inputs and outputs), an initializer (its dims),
-the output of a Constant (its value's shape), or unknown (None) when made by
-anything but a single-output default-domain elementwise node; otherwise it
-is the broadcast (shapes.broadcast) of its arguments' shapes: a matched
-root's x and constants (GraphIndex.region_inputs), an elementwise node's
-inputs. The graph is acyclic, so these equations have exactly one solution,
-and a guess that satisfies every one of them is it: the names are solved
-together, starting from the shape most of them come out with, in a few
-vectorised rounds. Names that do not close, or a guess that does not
-settle, are left to elementwise_shape (nothing is stored for them).
+carry_shapes: the same for many names of an array-backed main graph at
+once (see its doc).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..onnxio.arraytable import unique
-from .ops import ELEMENTWISE
-from .shapes import broadcast
+from ..ops import ELEMENTWISE
+from ...onnxio.arraytable import unique
+
+
+def elementwise_shape(idx, name: str) -> list | None:
+    """The broadcast of the input shapes of the elementwise nodes that
+    make ``name``, back to declared shapes and constants; None when one
+    is unknown or they do not broadcast."""
+    memo = idx.shape_memo
+    stack, visiting = [name], set()
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        if n in idx.value_shapes:
+            memo[n] = idx.value_shapes[n]
+            stack.pop()
+            continue
+        args = idx.region_inputs.get(n)  # a matched GELU's root: from its x and constants at once
+        if args is None:
+            i = idx.producer.get(n)
+            if i is None or idx.ops[i] not in ELEMENTWISE or idx.domains[i] not in ("", "ai.onnx") \
+                    or len(idx.outs[i]) != 1:
+                c = idx.constant(n) if i is not None and idx.ops[i] == "Constant" else None
+                memo[n] = list(c.value.shape) if c is not None else None
+                stack.pop()
+                continue
+            args = idx.ins[i]
+        todo = [x for x in args if x not in memo]
+        if todo and n not in visiting:
+            visiting.add(n)
+            stack.extend(todo)
+            continue
+        # inputs known, or still not: back on a cycle, which reads as unknown
+        memo[n] = None if todo else broadcast([memo[x] for x in args])
+        stack.pop()
+    return memo.get(name)
+
+
+def broadcast(shapes: list) -> list | None:
+    """ONNX's multidirectional broadcast of known shapes (None dims unknown);
+    None when a shape is unknown or two dims clash."""
+    if not shapes or None in shapes:
+        return None
+    wide = [s for s in shapes if s]
+    if not wide:
+        return []
+    if all(s == wide[0] for s in wide):  # the usual: x with scalar constants
+        return wide[0]
+    rank = max(len(s) for s in shapes)
+    out: list = []
+    for k in range(rank):
+        dims = [s[k - rank + len(s)] for s in shapes if k - rank + len(s) >= 0]
+        if None in dims:
+            out.append(None)
+            continue
+        big = set(dims) - {1}
+        if len(big) > 1:
+            return None
+        out.append(big.pop() if big else 1)
+    return out
+
 
 _CLOSURE_ROUNDS = 8  # rounds of taking in the arguments' arguments
 _SOLVE_ROUNDS = 6    # rounds of refining the guess

@@ -10,10 +10,10 @@ from typing import NamedTuple
 import numpy as np
 from onnx import TensorProto
 
-from .. import contract as C
+from ... import contract as C
 from .findings import Code
-from .graph import GraphIndex
-from .ops import DEFAULT_DOMAINS, OPS, cast_to
+from ..index.graph import GraphIndex
+from ..ops import DEFAULT_DOMAINS, OPS, cast_to
 
 
 # Probe grid: dense where GELU bends, sparse tails, tiny magnitudes (0 left out).

@@ -1,5 +1,5 @@
 """A recording view of a GraphIndex: what one run of the matcher (or of the
-bias search) read about the graph, so that fusion/replay.py can confirm,
+bias search) read about the graph, so that fusion/replay/matches.py can confirm,
 with array gathers, that another anchor would read the same things and so
 get the same answer.
 
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..onnxio.arraytable import LookupMapping
-from .region import region_node_ok
+from ...onnxio.arraytable import LookupMapping
+from ..match.region import region_node_ok
 
 
 class TraceEscape(BaseException):
@@ -173,7 +173,7 @@ class TraceIndex:
     it, with every question written into ``trace`` (see the module doc)."""
 
     def __init__(self, base, trace: Trace | None = None):
-        from .region import scalar_const
+        from ..match.region import scalar_const
 
         if base.parent is not None or base.arrays is None:
             raise TraceEscape("only a main graph read by the scanner is traced")

@@ -1,13 +1,14 @@
-"""Differential fuzzing of the scanned path (onnxio.wire + fusion/replay.py,
-setrewrite.py, checkbytes.py) against the plain Python path: seeded random
+"""Fuzzing template replay (fusion/replay/matches.py, the matches carried in sets
+through the byte rewrite and the check model) against the matcher run on
+every anchor on its own (the definition replay stands for): seeded random
 GELU chains and fans with members made different in ways the carry was not
-built for (scanned_fuzz_models.py), every target; the same report, the same
-output bytes, the same refusal; fuse_file the same with GELU_ONNX_SCAN=0 and
-=1; the outputs of valid inputs pass onnx.checker and compute what the input
-computes in ONNX Runtime. Plus the cases the long run found, minimised.
+built for (replay_fuzz_models.py), every target; the same report, the same
+output bytes, the same refusal, fuse_file too; the outputs of valid inputs
+pass onnx.checker and compute what the input computes in ONNX Runtime.
+Plus the cases the long run found, minimised.
 
 A long run (a few thousand models):
-    GELU_ONNX_SCAN_FUZZ_MODELS=3000 python -m pytest tests/test_scanned_fuzz.py -q -k seeded
+    GELU_ONNX_REPLAY_FUZZ_MODELS=3000 python -m pytest tests/test_replay_fuzz.py -q -k seeded
 """
 from __future__ import annotations
 
@@ -15,21 +16,18 @@ import os
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper
 
 import gelu_onnx
 from helpers import graph_build as GB
-import scanned_fuzz_models as FZ
+import replay_fuzz_models as FZ
 from gelu_onnx.errors import GeluOnnxError
 from gelu_onnx.fusion.targets import TARGETS
-from gelu_onnx.onnxio import load_model_proto, wire
+from gelu_onnx.onnxio import load_model_proto
 from gelu_onnx.onnxio.arraytable import ArrayTable
+from test_replay import one_by_one
 
-MODELS = int(os.environ.get("GELU_ONNX_SCAN_FUZZ_MODELS", "150"))
-SWITCH = wire.ENV_SWITCH
-
-pytestmark = pytest.mark.skipif(not wire.built(), reason="the native scanner is not built")
+MODELS = int(os.environ.get("GELU_ONNX_REPLAY_FUZZ_MODELS", "150"))
 
 
 def _report(res) -> dict:
@@ -53,16 +51,16 @@ def _fused(loaded, target):
 
 
 def _both_ways(data: bytes, target: str, monkeypatch, api: bool = True, inspect: bool = True) -> tuple:
-    """(plain outcome, scanned outcome, whether the scanner took the main graph),
-    fuse (and ``inspect``), each through onnxio.load_model_proto; ``api``: where
-    the model loads, the ModelProto API (tests/test_scanned_path.py's plain way) agrees."""
+    """(one-by-one outcome, carried outcome, whether the scanner read the main
+    graph), fuse (and ``inspect``), each through onnxio.load_model_proto;
+    ``api``: where the model loads, the ModelProto API agrees."""
 
     def inspected():
         return _report(gelu_onnx.inspect(load_model_proto(data), target)) if inspect else None
 
-    monkeypatch.setenv(SWITCH, "0")
+    one_by_one(monkeypatch)
     plain = _outcome(lambda: (_fused(load_model_proto(data), target), inspected()))
-    monkeypatch.setenv(SWITCH, "1")
+    one_by_one(monkeypatch, False)
     taken = []
 
     def scanned():
@@ -81,11 +79,10 @@ def _fuse_file_both_ways(data: bytes, target: str, tmp_path, monkeypatch) -> lis
     src = tmp_path / "in.onnx"
     src.write_bytes(data)
     outs = []
-    for switch in "01":
-        monkeypatch.setenv(SWITCH, switch)
-        dst = tmp_path / f"out{switch}.onnx"
+    for on in (True, False):
+        one_by_one(monkeypatch, on)
+        dst = tmp_path / f"out{int(on)}.onnx"
         outs.append(_outcome(lambda: (gelu_onnx.fuse_file(src, dst, target), dst.read_bytes())[1]))
-    monkeypatch.setenv(SWITCH, "1")
     return outs
 
 
@@ -145,7 +142,7 @@ def test_seeded_models_both_ways(tmp_path, monkeypatch):
                 out = plain[1][0][1]
                 assert _checks(onnx.load_from_string(out)), (seed, target, desc)
                 _ort_parity(data, out, desc["dt"] != TensorProto.FLOAT, desc["n"])
-    assert taken >= MODELS * len(TARGETS) * 0.8  # the scanned path was taken, not declined
+    assert taken >= MODELS * len(TARGETS) * 0.8  # the scanner read the file, not declined
 
 
 # --- what the long run found, minimised -----------------------------------------------
@@ -262,9 +259,9 @@ def test_a_contrib_bias_of_one_element_is_not_folded(monkeypatch):
 
 def test_a_bias_add_with_a_spare_output_is_checked(tmp_path, monkeypatch):
     """A repeat's bias Add written with a second output (the checker: "output
-    size 2 not in range"): the scanned check model collapsed the Add with its
+    size 2 not in range"): the check model collapsed the Add with its
     region into one Add(h, b) -> root stand-in, one output, and fuse_file
-    accepted the input with GELU_ONNX_SCAN=1 while refusing it with =0."""
+    accepted the input with replay while refusing it one by one."""
     model = _chain(10)
     adds = [n for n in model.graph.node if n.op_type == "Add" and n.input[1].startswith("bias")]
     adds[7].output.append("")

@@ -1,9 +1,11 @@
-"""The fuse pass over a scanned model (onnxio.wire: the file's bytes read by
-the native scanner, the main graph indexed through arrays) against the same
-pass over the parsed ModelProto alone: the same fusions, near-misses, notes
-and GELUs already in the target's ops, and the same output model, byte for
-byte. Run on the hand-built GELU corpus, every bundled export, and chains
-of GELUs like benchmarks/bench_chain.py's."""
+"""Template replay (fusion/replay/matches.py: the matcher run once per distinct
+neighbourhood, its answer carried to the other anchors) against the
+definition it stands for, the matcher run on every anchor on its own: the
+same fusions, near-misses, notes and GELUs already in the target's ops, and
+the same output model, byte for byte; the ModelProto API and a loaded file
+agree too. Run on the hand-built GELU corpus, every bundled export, and
+chains of GELUs like benchmarks/bench_chain.py's, with one member made
+different in each way the carry must notice."""
 from __future__ import annotations
 
 import math
@@ -17,13 +19,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 import gelu_onnx
 from gelu_onnx.fusion.targets import TARGETS
-from gelu_onnx.onnxio import load_model_proto, wire
+from gelu_onnx.fusion import plan as fusion_plan
+from gelu_onnx.onnxio import load_model_proto
 from gelu_onnx.onnxio.arraytable import ArrayTable
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted((ROOT / "models").glob("*.onnx"))
 
-pytestmark = pytest.mark.skipif(not wire.available(), reason="the native scanner is not built")
+CARRY = fusion_plan.replay_matches
+
+
+def one_by_one(monkeypatch, on: bool = True) -> None:
+    """The fuse pass with replay off (``on``): every anchor matched on its own."""
+    monkeypatch.setattr(fusion_plan, "replay_matches", (lambda idx: None) if on else CARRY)
 
 
 def _report(res) -> dict:
@@ -34,34 +42,38 @@ def _report(res) -> dict:
             "counts": (d["fused"], list(d["by_form"].items()))}
 
 
-def _both(model: onnx.ModelProto, target: str, scanned_expected: bool = True):
-    """(plain, scanned) FuseResults of one model for one target; inspect too."""
+def _both(model: onnx.ModelProto, target: str, monkeypatch, scanned_expected: bool = True):
+    """(one by one, carried) FuseResults of one model for one target, the
+    first through the ModelProto API, the second through a loaded file; inspect too."""
     data = model.SerializeToString()
+    one_by_one(monkeypatch)
     plain = gelu_onnx.fuse_with_report(model, target)
+    inspected = _report(gelu_onnx.inspect(model, target))
+    one_by_one(monkeypatch, False)
     loaded = load_model_proto(data)
     if scanned_expected:
-        assert isinstance(loaded.table, ArrayTable), "the scanner path was not taken"
+        assert isinstance(loaded.table, ArrayTable), "the scanner did not read the file"
     scanned = gelu_onnx.fuse_with_report(loaded, target, inplace=True)
     assert _report(scanned) == _report(plain)
     assert scanned.model.SerializeToString() == plain.model.SerializeToString()
     again = load_model_proto(data)
-    assert _report(gelu_onnx.inspect(again, target)) == _report(gelu_onnx.inspect(model, target))
+    assert _report(gelu_onnx.inspect(again, target)) == inspected
     return plain, scanned
 
 
 def _scannable(model) -> bool:
-    """Graphs the scanner path takes: no subgraphs (those go the Python way)."""
+    """Graphs the arrays cover: no subgraphs (those are indexed over the protos)."""
     return not any(a.HasField("g") or len(a.graphs) for n in model.graph.node for a in n.attribute)
 
 
-def test_the_gelu_corpus_both_ways():
+def test_the_gelu_corpus_both_ways(monkeypatch):
     from helpers.gelu_corpus import all_cases
 
     for k, case in enumerate(all_cases()):
         targets = TARGETS if k % 4 == 0 else ("custom",)
         for target in targets:
             try:
-                _both(case.model, target, _scannable(case.model))
+                _both(case.model, target, monkeypatch, _scannable(case.model))
             except gelu_onnx.errors.GeluOnnxError as e:  # refused the same way both ways
                 with pytest.raises(type(e)):
                     gelu_onnx.fuse_with_report(load_model_proto(case.model.SerializeToString()), target,
@@ -69,11 +81,11 @@ def test_the_gelu_corpus_both_ways():
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_bundled_exports_both_ways(target):
+def test_bundled_exports_both_ways(target, monkeypatch):
     for path in MODELS[:: 1 if target == "custom" else 5]:
         model = onnx.load(str(path))
         try:
-            _both(model, target, _scannable(model))
+            _both(model, target, monkeypatch, _scannable(model))
         except gelu_onnx.errors.UnsupportedError:
             pass  # standard below opset 20 where an op cannot be proven (same both ways: test_bundled_models)
 
@@ -125,8 +137,8 @@ def chain(n: int, width: int = 16, fp16: bool = False) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("fp16", [False, True])
-def test_chains_both_ways(target, fp16):
-    plain, _ = _both(chain(60, fp16=fp16), target)
+def test_chains_both_ways(target, fp16, monkeypatch):
+    plain, _ = _both(chain(60, fp16=fp16), target, monkeypatch)
     assert len(plain.fusions) == (60 if target != "standard" else 48)
 
 
@@ -174,11 +186,34 @@ def _perturbed(kind: str) -> onnx.ModelProto:
 @pytest.mark.parametrize("kind", ["name-clash", "graph-output", "second-reader", "wide-bias", "other-constant",
                                   "declared-intermediate", "shared-x"])
 @pytest.mark.parametrize("target", TARGETS)
-def test_a_member_that_differs(kind, target):
+def test_a_member_that_differs(kind, target, monkeypatch):
     m = _perturbed(kind)
     onnx.checker.check_model(m, full_check=True)
-    _both(m, target)
+    _both(m, target, monkeypatch)
 
 
 if __name__ == "__main__":  # a chain file for benchmarks by hand
     onnx.save(chain(int(sys.argv[1])), sys.argv[2])
+
+
+def test_every_main_graph_is_read_by_the_scanner():
+    """The API's in-memory model and bytes the scanner declines (the graph
+    field twice, which protobuf merges) are read by the scanner too: their
+    own serialization. A graph with a subgraph is not (yet): indexed over the protos."""
+    from gelu_onnx.fusion.plan import plan
+
+    m = chain(5)
+    assert plan(m).graphs[-1].index.arrays is not None
+    data = m.SerializeToString()
+    twice = data + bytes([0x3A, 3, 0x52, 1, 0x67])  # graph (field 7) again: doc_string (field 10) "g"
+    loaded = load_model_proto(twice)
+    assert loaded.model.graph.doc_string == "g" and isinstance(loaded.table, ArrayTable)
+    res = gelu_onnx.fuse_with_report(loaded, "custom", inplace=True)
+    assert len(res.fusions) == 5
+    sub = onnx.ModelProto()
+    sub.CopyFrom(m)
+    body = helper.make_graph([helper.make_node("Identity", ["y"], ["z"])], "then", [],
+                             [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    sub.graph.node.append(helper.make_node("If", ["c"], ["w"], then_branch=body, else_branch=body))
+    sub.graph.input.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    assert plan(sub).graphs[-1].index.arrays is None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from onnx import NodeProto, TensorProto, helper
+from onnx import NodeProto, helper
 
 
 class Refused(Exception):

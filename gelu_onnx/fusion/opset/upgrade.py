@@ -4,9 +4,9 @@ onnx.version_converter, op by op, from the ONNX schemas.
 For every default-domain node in the model (main graph, If/Loop/Scan bodies,
 model-local functions and their bodies), ``onnx.defs`` says at which versions
 the op's schema changed between the scope's opset and 20. Every change
-crossed is proven harmless for this node or adapted (opset_steps.py: type
+crossed is proven harmless for this node or adapted (steps.py: type
 only, with the node's types allowed at both; reviewed, with its condition on
-the node; or an adapter from opset_adapters.py). Anything else is refused
+the node; or an adapter from adapters.py). Anything else is refused
 with the op's name and the model is left as it was (every node is proven
 before any is changed).
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, defs, helper, shape_inference
 
-from .. import contract as C
-from ..errors import UnsupportedError
-from ..onnxio.walk import subgraphs
-from .opset_adapters import ADAPT, Refused
-from .opset_steps import REFUSED, REVIEWED, classify, previous, signature_preserved, type_only, versions
+from ... import contract as C
+from ...errors import UnsupportedError
+from ...onnxio.walk import subgraphs
+from .adapters import ADAPT, Refused
+from .steps import REFUSED, REVIEWED, classify, previous, signature_preserved, type_only, versions
 
 _DEFAULT = ("", "ai.onnx")
 
@@ -232,7 +232,7 @@ def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[st
         for imp in imports:
             if imp.domain in _DEFAULT and imp.version < to_opset:
                 imp.version = to_opset
-    from ..onnxio import lowest_ir_version
+    from ...onnxio import lowest_ir_version
 
     model.ir_version = max(model.ir_version, lowest_ir_version(model) or model.ir_version)
     return adapted

@@ -8,9 +8,9 @@ from itertools import chain
 
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, helper
 
-from .. import contract as C
-from ..onnxio.walk import walk_graphs
-from .findings import Match
+from ... import contract as C
+from ...onnxio.walk import walk_graphs
+from ..match.findings import Match
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _bias_1d(m: Match, names: NameGen) -> str:
     shape = m.index.shape(m.bias)
     if shape is not None and len(shape) <= 1:
         return m.bias
-    from .bias import bias_initializer
+    from ..match.bias import bias_initializer
 
     t = bias_initializer(m)
     if t is None or len(t.dims) <= 1:
@@ -214,14 +214,6 @@ def remove_indices(rep, drop) -> None:
     last = len(rank)
     rep.sort(key=lambda w: rank.get(id(w), last))
     del rep[last:]
-
-
-def referenced_names(model: ModelProto) -> set[str]:
-    refs: set[str] = set()
-    for g in walk_graphs(model.graph):
-        refs.update(chain.from_iterable([n.input for n in g.node]))
-        refs.update([o.name for o in g.output])
-    return refs
 
 
 def drop_dead_constants(model: ModelProto, candidates: set[str], graphs=None) -> None:

@@ -1,5 +1,5 @@
 """Seeded random models for the scanned-path differential fuzzer
-(test_scanned_fuzz.py): chains and fans of GELUs in every corpus spelling
+(test_replay_fuzz.py): chains and fans of GELUs in every corpus spelling
 (graph_build.FAMILIES, fp32/fp16/bf16, Cast-wrapped, bias Add in front, native
 Gelu-20, com.microsoft Gelu/FastGelu/BiasGelu/QuickGelu), members repeated
 so that the scanned path carries matches, then a few members made different

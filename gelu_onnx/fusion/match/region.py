@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .graph import GraphIndex
-from .ops import ANCHOR_OPS, BINARY_OPS, DEFAULT_DOMAINS, ELEMENTWISE, OPS
+from ..index.graph import GraphIndex
+from ..ops import ANCHOR_OPS, BINARY_OPS, DEFAULT_DOMAINS, ELEMENTWISE, OPS
 
 
 # How far we look: a GELU spelling has at most ~12 elementwise nodes; the

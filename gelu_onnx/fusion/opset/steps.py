@@ -12,7 +12,7 @@ A step is one of
   behaviour (also checked mechanically: ``signature_preserved``), or a
   rewording with the same signature and types (negative axes allowed at 11,
   broadcasting at 8). An entry may carry a condition on the node.
-- ADAPT (opset_adapters.py): the node is rewritten to keep its old meaning.
+- ADAPT (adapters.py): the node is rewritten to keep its old meaning.
 - anything else is refused naming the op (``REFUSED`` lists the changes
   between opsets 7 and 20 that are known and deliberately not adapted).
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from onnx import NodeProto, defs
 
-from .opset_adapters import ADAPT
+from .adapters import ADAPT
 
 _NEG_AXES = "accepts negative axes/indices; every value valid before means the same"
 _PADS = "rewords auto_pad SAME_UPPER/SAME_LOWER; explicit pads (auto_pad NOTSET/VALID) mean the same"

@@ -14,7 +14,7 @@ from enum import Enum
 
 from onnx import NodeProto
 
-from .graph import GraphIndex
+from ..index.graph import GraphIndex
 
 
 class Code(str, Enum):
@@ -30,7 +30,7 @@ class Code(str, Enum):
     # the target cannot express a GELU that was found
     NO_STANDARD_OP = "no-standard-op"
     UNSUPPORTED_DTYPE = "unsupported-dtype"
-    # single-op GELUs (native.py) and the legacy TensorRT plugin (legacy.py)
+    # single-op GELUs and the legacy TensorRT plugin (single_op.py)
     NATIVE_ATTRIBUTE = "native-attribute"
     NATIVE_ARITY = "native-arity"
     LEGACY_PLUGIN = "legacy-plugin"
@@ -87,7 +87,7 @@ class Match:
     # whether its own second input is the bias (BiasGelu, FastGelu(X, B)).
     single_op: NodeProto | None = None
     bias_inside: bool = False
-    # The numeric check's key (fusion.numeric.region_key: the region's
+    # The numeric check's key (fusion.match.numeric.region_key: the region's
     # structure and constants, without names), and whether a node outside
     # the region reads an inner tensor (a type-only CastLike); None: not known.
     key: tuple | None = None

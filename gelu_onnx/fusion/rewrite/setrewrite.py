@@ -2,12 +2,12 @@
 the output's nodes are the input's node fields that stay, copied as bytes,
 with each fused region's replacement where its last node was; the graph's
 node list is then replaced in one parse. Matches carried in sets
-(fusion/matchset.py) get their replacement from one run of the ordinary
+(fusion/replay/matches.py) get their replacement from one run of the ordinary
 emission (rewrite.emit_nodes) on the representative with placeholder
 names, filled in per member. Everything a rewrite decides is decided where
 it always is (plan.select, rewrite.emit_nodes, the targets); this module
 only writes the same nodes, names and deletions as plan.rewrite does
-(tests/test_scanned_path.py compares the two).
+(tests/test_replay.py compares them with every member matched on its own).
 
 Generated names (NameGen) are the base names when no name anywhere in the
 model, nor another generated one, is one of them; a clash anywhere sends
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .findings import Match
-from .legacy import legacy_nodes
+from ..match.findings import Match
+from ..match.single_op import legacy_nodes
 from .nodebytes import MARK, field, fill, join, pieces, split, table_strings
-from ..onnxio.arraytable import unique
-from .report import Fusion, record
-from .rewrite import emit_nodes, remove_indices
-from .trace import TraceEscape
-from .. import contract as C
+from ...onnxio.arraytable import unique
+from ..report import Fusion, record
+from .emit import emit_nodes, remove_indices
+from ..replay.trace import TraceEscape
+from ... import contract as C
 
 class NameClash(Exception):
     """A generated name is taken: the graph goes the one-by-one way."""
@@ -122,9 +122,9 @@ def _emit_all(g, names, dead: set, checking: bool = True) -> list:
             nodes = legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, gen, idx.graph)
             removed = list(mt.nodes)
         else:
-            from . import native
+            from ..match import single_op
 
-            emit = native.emit if mt.single_op is not None else emit_nodes
+            emit = single_op.emit if mt.single_op is not None else emit_nodes
             nodes = emit(mt, s.emission, s.compute_type, s.use_bias, gen)
             removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
             dead.update(mt.consts)
@@ -366,5 +366,5 @@ def set_records(idx, ss) -> list[Fusion]:
     m = ms.match
     dtype = C.FLOAT_DTYPES.get(ss.compute_type, str(ss.compute_type))
     use_bias = ss.use_bias
-    return [Fusion(m.form, use_bias, m.alpha, idx.path, roots[j], labels[j * width:(j + 1) * width], dtype,
-                   em.qualified) for j in range(len(ms))]
+    return [Fusion(form=m.form, bias=use_bias, alpha=m.alpha, graph=idx.path, root=roots[j],
+                   nodes=labels[j * width:(j + 1) * width], dtype=dtype, op=em.qualified) for j in range(len(ms))]

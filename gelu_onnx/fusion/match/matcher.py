@@ -24,17 +24,17 @@ import math
 
 import numpy as np
 
-from .. import contract as C
+from ... import contract as C
 from . import numeric
 from .bias import find_initializer
 from .findings import Code, Match, NearMiss
-from .constants import tensor_value
-from .graph import GraphIndex
-from .ops import ANCHOR_OPS, DEFAULT_DOMAINS, OPS
+from ..index.constants import tensor_value
+from ..index.graph import GraphIndex
+from ..ops import ANCHOR_OPS, DEFAULT_DOMAINS, OPS
 from .numeric import (PROBE, checked_region, classify, evaluate, intermediate_violation, region_key, region_precision,
                       region_types)
-from .region import (MAX_REGION_NODES, Cone, bad_source, cone, find_leaf, is_scalar,
-                     leaf_candidates, region_node_ok, root_candidates, scalar_const)
+from .region import (MAX_REGION_NODES, Cone, bad_source, cone, find_leaf, is_scalar, leaf_candidates, region_node_ok,
+                     root_candidates, scalar_const)
 
 
 def match_anchor(idx: GraphIndex, anchor: int):

@@ -1,17 +1,40 @@
-"""The input's check model (fusion/standin.py) of a main graph the native
-scanner read, assembled from the file's bytes: every node the check model
-keeps is its node field as written, copied; stand-ins are written for all
-members of a set at once (fusion/nodebytes.py).
+"""The input's check model: what onnx.checker's full check of the input sees,
+with repeated GELU regions left out (docs/safety.md, "The check model").
 
-What is stood in for, and why the check model fails exactly when the
-input's own check does: docs/safety.md, "The check model". Here a repeat
+A fused region with its x, constants and types like one seen before (the
+same class) is replaced by a stand-in that infers exactly what the region
+infers and fails exactly when x's type differs from the class's:
+
+    Add(x, 0) -> root                     (0: a zero of the type the region's
+    Add(x, 0) -> t; Cast(t, to) -> root    constants force on x, of their
+                                           highest rank: [], [1], [1, 1] ...)
+
+The first region of each class is kept whole, with two assertions: Add(x, 0)
+(x has the class's type) and Add(root, 0') (the region infers the class's
+root type). Everything else (every other node, initializer, value_info, the
+bias Adds) is the input's own. So onnx.checker's strict inference over this
+model meets every fault the input's check would: outside the regions the
+types and shapes are the input's; each class is checked once on a real x;
+and a region of a class differs from the checked one only in names and in
+x, whose type the stand-in asserts and whose shape cannot change an
+inference over one-element constants (all-ones shapes: broadcasting with
+them widens x to their highest rank and does nothing else). Regions that declare types or shapes of
+their inner tensors, or whose inner tensors something else reads, are kept
+whole. A check model that fails is not trusted: the caller checks the input
+file itself for the message.
+
+It is assembled from the bytes the native scanner read: every node the
+check model keeps is its node field as written, copied; stand-ins are
+written for all members of a set at once (fusion/rewrite/nodebytes.py). A repeat
 whose bias Add is found (x = Add(h, b) read by the region alone, x not
-declared, the Add without attributes and with one output, b an initializer of at least the rank
-of the region's constants) collapses with its region into one node,
-Add(h, b) -> root (Add + Cast where the root's type differs): the Add's
-own inputs, so the same checks of h and b; x's type, the class's, is the
-bias's (the bias search requires it); and x's shape, broadcast with
-one-element constants of no higher rank than b, is the root's.
+declared, the Add without attributes and with one output, b an initializer
+of at least the rank of the region's constants) collapses with its region
+into one node, Add(h, b) -> root (Add + Cast where the root's type
+differs): the Add's own inputs, so the same checks of h and b; x's type,
+the class's, is the bias's (the bias search requires it); and x's shape,
+broadcast with one-element constants of no higher rank than b, is the
+root's. A main graph the arrays do not cover (subgraphs, sparse
+initializers: fusion/plan.py) has no check model: the input is checked.
 """
 from __future__ import annotations
 
@@ -19,12 +42,23 @@ import numpy as np
 from onnx import ModelProto, helper
 
 from .nodebytes import MARK, field, fill, join, node_bytes, pieces, table_strings
-from .numeric import region_types
-from .checkclass import MIN_SAVED_SHARE, class_key, self_contained
+from ..match.numeric import region_key, region_types
 
 
-def check_model_bytes(model: ModelProto, g) -> bytes | None:
-    """standin.check_model for ``g``, the plan of a scanned main graph."""
+# A stand-in saves nodes only where many regions repeat: below this share of
+# the graph's nodes the input itself is checked (no bytes assembled).
+MIN_SAVED_SHARE = 0.25
+
+
+def check_model(model: ModelProto, plan) -> bytes | None:
+    """The serialized check model of ``model`` (the input, before the
+    rewrite) for the regions ``plan`` selected, or None when it would
+    barely differ from the input (then check the input itself)."""
+    if len(model.functions):
+        return None  # their calls would lose their bodies here: check the input itself
+    g = next(g for g in plan.graphs if g.index.parent is None)
+    if g.index.arrays is None:
+        return None
     idx = g.index
     t = idx.arrays
     s = t.scan
@@ -219,3 +253,25 @@ class _Fresh:
             name = f"{base}_{k}"
         self.used.add(name)
         return name
+
+
+def self_contained(idx, mt) -> bool:
+    """Nothing outside the region reads or declares its inner tensors."""
+    region = set(mt.nodes)
+    inner = [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
+    if len(idx.graph.value_info) and any(o in idx.value_types for o in inner):
+        return False
+    if mt.shared is not None:
+        return not mt.shared
+    return all(c in region for o in inner for c in idx.consumers.get(o, ()))
+
+
+def class_key(idx, mt) -> tuple:
+    """What the region's check depends on besides x: the numeric check's key
+    (ops, Cast targets, wiring, constants' types, shapes and bytes, x's
+    declared type), every node's attributes and its domain ("" and "ai.onnx"
+    match alike, but the checker wants an opset import for the one written)."""
+    key = mt.key if mt.key is not None else region_key(idx, mt.anchor, mt.nodes, mt.leaf, mt.root, mt.consts)
+    attrs = tuple((k, b"".join(a.SerializeToString() for a in idx.nodes[i].attribute))
+                  for k, i in enumerate(mt.nodes) if idx.has_attributes(i))
+    return key, attrs, tuple(idx.domains[i] for i in mt.nodes)

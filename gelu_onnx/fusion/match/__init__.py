@@ -1,0 +1,3 @@
+"""What a GELU is: candidate regions by structure (region), the float64
+value check (numeric), the matcher (matcher), the bias search (bias), GELUs that are one
+node already, legacy plugin nodes too (single_op), and what they report (findings)."""
