@@ -327,12 +327,12 @@ def _loadable_ir(model, shown, notes: list[str]) -> None:
         notes.append(f"the model needs IR version {model.ir_version}; onnxruntime is not installed, "
                      "so whether your runtime loads it was not asked")
         return
-    from . import ortinfo
+    from . import ortlib
 
-    limit = ortinfo.max_ir_version()
+    limit = ortlib.max_ir_version()
     if model.ir_version > limit:
         raise UnsupportedError(f"{shown}: the model needs IR version {model.ir_version} features; "
-                               f"the installed onnxruntime {ortinfo.version()} loads IR <= {limit}")
+                               f"the installed onnxruntime {ortlib.runtime_version()} loads IR <= {limit}")
 
 
 def _checker(model_or_path, shown) -> None:
