@@ -16,8 +16,7 @@ import os
 import sys
 import warnings
 
-from .version import __version__
-from . import interrupts
+from . import __version__, interrupts
 from .files import require_file
 from .cliutil import (ESCAPE, add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int,
                       providers_arg, table, tol_arg, tol_by_name)

@@ -92,7 +92,7 @@ def machine_info(threads: int) -> dict:
 def versions() -> dict:
     import onnxruntime as ort
 
-    from ..version import __version__
+    from .. import __version__
 
     return {
         "gelu_onnx": __version__,
