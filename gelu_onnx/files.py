@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
 from .fusion.targets import DEFAULT as DEFAULT_TARGET
 from .onnxio.fileops import folder_lock, path_arg, utf8_path
+from .onnxio.tensors import MMAP_MIN_BYTES
 
 if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
     from .api import FuseResult
@@ -81,14 +82,33 @@ def _same_file(a, b) -> bool:
         return False
 
 
+# Below this file size a plain parse + serialize costs well under a second
+# (and io reads such files rather than mapping them).
+SPLICE_MIN_BYTES = MMAP_MIN_BYTES
+
+
+def splice_wanted(path, min_bytes: int | None = None) -> bool:
+    """Whether fuse / inspect try the splice path for this file (onnxio/splice.py)."""
+    if os.environ.get("GELU_ONNX_SPLICE", "1") == "0":
+        return False
+    try:
+        return os.stat(path).st_size >= (SPLICE_MIN_BYTES if min_bytes is None else min_bytes)
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def _opened(path):
     """(loaded model, skeleton or None): big single-file models are read as a
-    skeleton whose weights stay in the file (splice); others by onnxio.load_model."""
+    skeleton whose weights stay in the file (splice, imported only then); others
+    by onnxio.load_model."""
     from . import onnxio
-    from .onnxio import splice
 
-    skel = splice.open_skeleton(path) if splice.wanted(path) else None
+    skel = None
+    if splice_wanted(path):
+        from .onnxio import splice
+
+        skel = splice.open_skeleton(path)
     if skel is None:
         yield onnxio.load_model(path), None
         return
