@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
 from .fusion.targets import DEFAULT as DEFAULT_TARGET
 from .onnxio.fileops import folder_lock, path_arg, utf8_path
-from .onnxio.tensors import MMAP_MIN_BYTES
+from .onnxio.format import MMAP_MIN_BYTES
 
 if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
     from .api import FuseResult

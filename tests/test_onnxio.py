@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from scipy.special import erf
 
 from gelu_onnx import onnxio
-from gelu_onnx.onnxio.tensors import external_info
+from gelu_onnx.onnxio.format import external_info
 from gelu_onnx.errors import InputError, UnsafeModelError
 from helpers.hostile.malformed import ffn_model, save_external, write_proto
 

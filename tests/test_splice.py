@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gelu_onnx import cli, files, onnxio
-from gelu_onnx.onnxio import protowire, splice
+from gelu_onnx.onnxio import format as fileformat, splice
 from gelu_onnx.errors import GeluOnnxError, InputError
 from gelu_onnx.fusion.index.graph import tensor_value
 
@@ -326,7 +326,7 @@ def test_wire_walker_stays_in_bounds():
     for _ in range(500):
         blob = rng.integers(0, 256, int(rng.integers(0, 64)), dtype=np.uint8).tobytes()
         try:
-            for _, _, fs, vs, fe in protowire.iter_fields(protowire.Source(blob), 0, len(blob)):
+            for _, _, fs, vs, fe in fileformat.iter_fields(fileformat.Source(blob), 0, len(blob)):
                 assert 0 <= fs < vs <= fe <= len(blob) or (fs < fe <= len(blob))
-        except (protowire.Malformed, protowire.Unsupported):
+        except (fileformat.Malformed, fileformat.Unsupported):
             pass

@@ -47,9 +47,9 @@ from ..errors import GeluOnnxError, InputError, UnsupportedError
 from .load import LoadedModel
 from .fileops import cleanup, copy_range, new_mode, tmp_in, write_all
 from ..interrupts import critical, fault, unwinding
-from .protowire import LEN, Malformed, Source, Unsupported, field_key, iter_fields, varint
+from .format import (LEN, MAX_PROTO_BYTES, Malformed, Source, Unsupported, field_key, iter_fields, tensor_nbytes,
+                     varint)
 from .save import SavedModel, check_output_path
-from .tensors import MAX_PROTO_BYTES, tensor_nbytes
 from .validate import validate_model
 from .walk import iter_tensors
 
