@@ -16,11 +16,7 @@ def __getattr__(name):
         from . import contract
 
         return getattr(contract, name)
-    if name in ("fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult"):
-        from . import api
-
-        return getattr(api, name)
-    if name in ("fuse_file", "inspect_file", "save"):
+    if name in ("fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult", "fuse_file", "inspect_file", "save"):
         from . import files
 
         return getattr(files, name)

@@ -176,7 +176,7 @@ def bench(
     po = lo.model
     notes, nfus = [], None
     if fused is None:
-        from ..api import fuse_with_report
+        from ..files import fuse_with_report
 
         res = fuse_with_report(po, target=target)
         # keeps the original's external-data references: resolve them in its folder
