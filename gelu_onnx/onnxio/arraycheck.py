@@ -16,7 +16,7 @@ import numpy as np
 
 from .arraytable import ArrayTable, unique
 from .onepass import Recheck, known_ops
-from .tensors import ELEM_BITS, KNOWN_TYPES
+from .format import ELEM_BITS, KNOWN_TYPES
 from .walk import attr_tensors
 from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR
 
