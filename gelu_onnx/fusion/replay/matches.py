@@ -64,9 +64,9 @@ class Replayed:
 
 
 def replay_matches(idx) -> Replayed | None:
-    """find_matches(idx) for an array-backed main graph (the same matches and
-    near-misses); None when the graph is not one."""
-    if getattr(idx, "arrays", None) is None or idx.parent is not None:
+    """find_matches(idx) for a main graph without subgraphs (the same
+    matches and near-misses); None for any other graph."""
+    if getattr(idx, "arrays", None) is None or idx.parent is not None or idx.nested:
         return None
     t = idx.arrays
     s = t.scan
