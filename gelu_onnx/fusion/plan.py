@@ -100,7 +100,7 @@ class GraphPlan:
     candidates: list[Candidate]
     misses: list[NearMiss]
     selected: list[Selected] = field(default_factory=list)
-    # region GELUs carried from one representative each (scanned main graphs)
+    # region GELUs carried from one representative each (main graphs without subgraphs)
     sets: list[MatchSet] = field(default_factory=list)
     selected_sets: list[SelectedSet] = field(default_factory=list)
 

@@ -87,18 +87,14 @@ class GraphIndex:
         return self.nodes[i]
 
     def has_attributes(self, i: int) -> bool:
-        return i in self.attributed if self.attributed is not None else len(self.nodes[i].attribute) > 0
+        return i in self.attributed
 
     def label(self, i: int) -> str:
         """Node i's name, or "<op>#<i>" when it has none."""
-        if self.labels is None:
-            self.labels = [n.name for n in self.nodes]
         return self.labels[i] or f"{self.ops[i]}#{i}"
 
     def node_names(self) -> set[str]:
         if self._names is None:
-            if self.labels is None:
-                self.labels = [n.name for n in self.nodes]
             self._names = set(self.labels)
         return self._names
 
@@ -179,10 +175,10 @@ class GraphIndex:
         return i >= 0 and bool(self.maybe_constant()[i])
 
     def maybe_constant(self):
-        """_may_be_constant of every string id of an array-backed main graph
-        (the same definition, over the scanner's arrays: a foldable node's
-        outputs may be constant once all its inputs may be; repeated until
-        nothing changes, as deep as the graph folds constants)."""
+        """_may_be_constant of every string id of the graph (the same
+        definition, over the scanner's arrays: a foldable node's outputs may
+        be constant once all its inputs may be; repeated until nothing
+        changes, as deep as the graph folds constants)."""
         if self._maybe_arr is not None:
             return self._maybe_arr
         import numpy as np
