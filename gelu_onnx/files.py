@@ -466,5 +466,5 @@ def inspect(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, 
         return FuseResult(m, t.name, fusions=done.fusions, near_misses=done.near_misses, notes=done.notes,
                           already=done.already)
     res = FuseResult(m, t.name)
-    fusion.report(fusion.plan(m, base_dir, table), t, res)
+    fusion.report(fusion.plan(m, base_dir, table, may_sort=False), t, res)
     return res
