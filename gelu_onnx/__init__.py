@@ -1,7 +1,8 @@
 """gelu-onnx: fuse every GELU spelling in an ONNX graph into one op."""
 from __future__ import annotations
 
-from .version import __version__  # noqa: F401
+# The version, in one place: pyproject.toml reads it from here (scikit-build-core's regex provider).
+__version__ = "0.1.0"
 
 __all__ = ["fuse", "fuse_with_report", "inspect", "save", "fuse_file", "inspect_file", "check", "Fusion", "FuseResult",
            "session_options", "build_info", "DOMAIN", "OP_TYPES", "__version__"]
@@ -15,11 +16,7 @@ def __getattr__(name):
         from . import contract
 
         return getattr(contract, name)
-    if name in ("fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult"):
-        from . import api
-
-        return getattr(api, name)
-    if name in ("fuse_file", "inspect_file", "save"):
+    if name in ("fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult", "fuse_file", "inspect_file", "save"):
         from . import files
 
         return getattr(files, name)

@@ -10,7 +10,7 @@ from .ortlib import runtime_env
 
 # what every command imports; --help / --version need the parser only, and
 # fuse / inspect no runtime (and not the parity checker)
-_COMMAND_MODULES = ("gelu_onnx.cli", "gelu_onnx.files", "gelu_onnx.api", "gelu_onnx.verify", "onnxruntime")
+_COMMAND_MODULES = ("gelu_onnx.cli", "gelu_onnx.files", "gelu_onnx.verify", "onnxruntime")
 _FILE_COMMANDS = ("fuse", "inspect")
 
 
@@ -22,7 +22,7 @@ def main() -> int:
             files_only = bool(sys.argv[1:]) and sys.argv[1] in _FILE_COMMANDS
             if files_only:
                 _reuse_freed_memory()
-            preload(_COMMAND_MODULES[:1] if quick else _COMMAND_MODULES[:3] if files_only else _COMMAND_MODULES)
+            preload(_COMMAND_MODULES[:1] if quick else _COMMAND_MODULES[:2] if files_only else _COMMAND_MODULES)
             from .cli import main as cli_main
 
             return cli_main()

@@ -78,7 +78,7 @@ def _runtime() -> dict:
 def build_info() -> dict:
     """Versions, what was built, what the machine offers, and what is missing."""
     from .onnxio.wire import LIBRARY
-    from .version import __version__
+    from . import __version__
 
     info = {"gelu_onnx": __version__, "onnx": _version("onnx"), "numpy": _version("numpy")}
     info["build"] = _native()

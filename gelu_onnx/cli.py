@@ -16,10 +16,10 @@ import os
 import sys
 import warnings
 
-from .version import __version__
-from . import cli_check, interrupts
+from . import __version__, interrupts
 from .files import require_file
-from .cliutil import ESCAPE, add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int, table
+from .cliutil import (ESCAPE, add_input_args, dims, emit_json, nonneg_int, one_line, plural, positive_int,
+                      providers_arg, table, tol_arg, tol_by_name)
 from .errors import GeluOnnxError
 from .fusion import targets
 
@@ -80,6 +80,12 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from .cli_check import cmd_check as check  # its report: imported by this command only
+
+    return check(args)
+
+
 def cmd_bench(args) -> int:
     from .verify import bench as _bench
 
@@ -133,7 +139,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .contract import BENCH_DIM_DEFAULT, OPT_LEVELS
+    from .contract import BENCH_DIM_DEFAULT, DIM_DEFAULT, OPT_LEVELS, PROVIDERS
 
     ap = _Parser(
         prog="gelu-onnx",
@@ -162,8 +168,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
     p.set_defaults(func=cmd_inspect)
 
-    cli_check.add_parser(sub)
-
+    p = sub.add_parser("check", help="parity: run original and fused on the same inputs, compare outputs",
+                       description="Run ORIGINAL and FUSED on the same inputs and compare every output. A float "
+                                   "output passes when the fused model is about as close as the original to a more "
+                                   "precise run of the original (float64/float32 on the CPU; docs/verdict.md), or "
+                                   "within --atol/--rtol of the original when those are given. Exit 1 when any fails.")
+    p.add_argument("models", nargs="+", metavar="ORIGINAL.onnx FUSED.onnx",
+                   help="the original and the fused model; only FUSED.onnx with --reference-outputs")
+    add_input_args(p, DIM_DEFAULT)
+    p.add_argument("--iterations", type=positive_int, default=None, metavar="N",
+                   help="run N iterations (random inputs: seeds SEED..SEED+N-1; default 1, or every iteration of --inputs)")
+    p.add_argument("--scale", type=float, default=1.0, help="random floats are N(0,1) * SCALE (default 1)")
+    p.add_argument("--rtol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
+                   help="judge float outputs (or one dtype's) by |original-fused| <= atol + rtol*|original| "
+                        "instead of the reference; repeatable")
+    p.add_argument("--atol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
+                   help="absolute tolerance, same forms as --rtol")
+    p.add_argument("--tol", type=tol_by_name, action="append", metavar="NAME:RTOL,ATOL",
+                   help="tolerance of one output (or GELU tensor with --localize); wins over --rtol/--atol; repeatable")
+    p.add_argument("--provider", type=providers_arg, default=None, metavar="P[,P...]",
+                   help=f"where the fused model runs, each compared with the reference: {', '.join(PROVIDERS)} "
+                        "(default cpu; cuda needs onnxruntime-gpu)")
+    p.add_argument("--reference-provider", choices=PROVIDERS, default=None,
+                   help="where the original runs (default: the first --provider)")
+    p.add_argument("--tf32", action="store_true",
+                   help="let CUDA sessions multiply in TF32 (ONNX Runtime's default; check turns it off)")
+    p.add_argument("--opt-level", choices=OPT_LEVELS, default="all", help="ONNX Runtime graph optimization level (default all)")
+    p.add_argument("--localize", action="store_true",
+                   help="also compare every GELU's output tensor with the original's, and name the first that fails")
+    p.add_argument("--reference-outputs", metavar="GOLDEN.json",
+                   help="compare with these golden outputs (Polygraphy RunResults, e.g. polygraphy run --save-outputs) "
+                        "made from --inputs; ORIGINAL.onnx may then be left out")
+    p.add_argument("--save-inputs", metavar="FILE", help="also write the inputs used (.json: Polygraphy format, "
+                                                          "every iteration; else .npz), for re-running with --inputs")
+    p.add_argument("--save-outputs", metavar="FILE.json",
+                   help="write the reference's and the fused model's outputs as Polygraphy RunResults JSON")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("bench", help="time original vs fused in ONNX Runtime",
                        description="Time ORIGINAL and FUSED side by side in one process at each ONNX Runtime "

@@ -1,39 +1,13 @@
-"""``gelu-onnx check``: its arguments and its printed report (the work is
-gelu_onnx.verify.parity_check.check)."""
+"""``gelu-onnx check``: its printed report (the work is
+gelu_onnx.verify.parity_check.check; its arguments: cli.py). Imported by that
+command only."""
 from __future__ import annotations
 
-import argparse
 import sys
 
 from .files import require_file
-from .cliutil import (add_input_args, dims, emit_json, fmt, plural, positive_int, table, tol_arg,
-                      tolerances)
+from .cliutil import dims, emit_json, fmt, plural, table, tolerances
 from .errors import InputError
-
-
-def tol_by_name(s: str):
-    """NAME:RTOL,ATOL (one output or GELU tensor)."""
-    name, sep, vals = s.rpartition(":")
-    parts = vals.split(",")
-    if not sep or not name or len(parts) != 2:
-        raise argparse.ArgumentTypeError(f"expected NAME:RTOL,ATOL, got '{s}'")
-    try:
-        rtol, atol = float(parts[0]), float(parts[1])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}': RTOL and ATOL must be numbers") from None
-    if not (0 <= rtol < float("inf") and 0 <= atol < float("inf")):
-        raise argparse.ArgumentTypeError(f"'{s}': tolerances must be finite numbers >= 0")
-    return name, {"rtol": rtol, "atol": atol}
-
-
-def providers_arg(s: str) -> list[str]:
-    from .contract import PROVIDERS
-
-    ps = [p.strip() for p in s.split(",") if p.strip()]
-    bad = [p for p in ps if p not in PROVIDERS]
-    if not ps or bad:
-        raise argparse.ArgumentTypeError(f"'{s}': choose a comma-separated list from {', '.join(PROVIDERS)}")
-    return ps
 
 
 def cmd_check(args) -> int:
@@ -147,44 +121,3 @@ def _print_fusions(fusions, first) -> None:
     if first:
         f = next(x for x in fusions if x["tensor"] == first)
         print(f"first failing GELU: {first} ({f['summary']})")
-
-
-def add_parser(sub) -> None:
-    from .contract import DIM_DEFAULT, OPT_LEVELS, PROVIDERS
-
-    p = sub.add_parser("check", help="parity: run original and fused on the same inputs, compare outputs",
-                       description="Run ORIGINAL and FUSED on the same inputs and compare every output. A float "
-                                   "output passes when the fused model is about as close as the original to a more "
-                                   "precise run of the original (float64/float32 on the CPU; docs/verdict.md), or "
-                                   "within --atol/--rtol of the original when those are given. Exit 1 when any fails.")
-    p.add_argument("models", nargs="+", metavar="ORIGINAL.onnx FUSED.onnx",
-                   help="the original and the fused model; only FUSED.onnx with --reference-outputs")
-    add_input_args(p, DIM_DEFAULT)
-    p.add_argument("--iterations", type=positive_int, default=None, metavar="N",
-                   help="run N iterations (random inputs: seeds SEED..SEED+N-1; default 1, or every iteration of --inputs)")
-    p.add_argument("--scale", type=float, default=1.0, help="random floats are N(0,1) * SCALE (default 1)")
-    p.add_argument("--rtol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
-                   help="judge float outputs (or one dtype's) by |original-fused| <= atol + rtol*|original| "
-                        "instead of the reference; repeatable")
-    p.add_argument("--atol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
-                   help="absolute tolerance, same forms as --rtol")
-    p.add_argument("--tol", type=tol_by_name, action="append", metavar="NAME:RTOL,ATOL",
-                   help="tolerance of one output (or GELU tensor with --localize); wins over --rtol/--atol; repeatable")
-    p.add_argument("--provider", type=providers_arg, default=None, metavar="P[,P...]",
-                   help=f"where the fused model runs, each compared with the reference: {', '.join(PROVIDERS)} "
-                        "(default cpu; cuda needs onnxruntime-gpu)")
-    p.add_argument("--reference-provider", choices=PROVIDERS, default=None,
-                   help="where the original runs (default: the first --provider)")
-    p.add_argument("--tf32", action="store_true",
-                   help="let CUDA sessions multiply in TF32 (ONNX Runtime's default; check turns it off)")
-    p.add_argument("--opt-level", choices=OPT_LEVELS, default="all", help="ONNX Runtime graph optimization level (default all)")
-    p.add_argument("--localize", action="store_true",
-                   help="also compare every GELU's output tensor with the original's, and name the first that fails")
-    p.add_argument("--reference-outputs", metavar="GOLDEN.json",
-                   help="compare with these golden outputs (Polygraphy RunResults, e.g. polygraphy run --save-outputs) "
-                        "made from --inputs; ORIGINAL.onnx may then be left out")
-    p.add_argument("--save-inputs", metavar="FILE", help="also write the inputs used (.json: Polygraphy format, "
-                                                          "every iteration; else .npz), for re-running with --inputs")
-    p.add_argument("--save-outputs", metavar="FILE.json",
-                   help="write the reference's and the fused model's outputs as Polygraphy RunResults JSON")
-    p.set_defaults(func=cmd_check)

@@ -87,6 +87,31 @@ def tolerances(args) -> dict:
     return out
 
 
+def tol_by_name(s: str):
+    """NAME:RTOL,ATOL (one output or GELU tensor)."""
+    name, sep, vals = s.rpartition(":")
+    parts = vals.split(",")
+    if not sep or not name or len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected NAME:RTOL,ATOL, got '{s}'")
+    try:
+        rtol, atol = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}': RTOL and ATOL must be numbers") from None
+    if not (0 <= rtol < float("inf") and 0 <= atol < float("inf")):
+        raise argparse.ArgumentTypeError(f"'{s}': tolerances must be finite numbers >= 0")
+    return name, {"rtol": rtol, "atol": atol}
+
+
+def providers_arg(s: str) -> list[str]:
+    from .contract import PROVIDERS
+
+    ps = [p.strip() for p in s.split(",") if p.strip()]
+    bad = [p for p in ps if p not in PROVIDERS]
+    if not ps or bad:
+        raise argparse.ArgumentTypeError(f"'{s}': choose a comma-separated list from {', '.join(PROVIDERS)}")
+    return ps
+
+
 def positive_int(s: str) -> int:
     try:
         v = int(s)

@@ -1,5 +1,8 @@
-"""The file pipeline: what ``gelu-onnx fuse`` and ``gelu-onnx inspect`` do to
-files, as library calls (``gelu_onnx.fuse_file``, ``gelu_onnx.inspect_file``).
+"""The public fusion API: a model in memory (``gelu_onnx.fuse``,
+``fuse_with_report``, ``inspect``: plan, i.e. match and check every graph,
+then rewrite) and the file pipeline, what ``gelu-onnx fuse`` and ``gelu-onnx
+inspect`` do to files, as library calls (``gelu_onnx.fuse_file``,
+``gelu_onnx.inspect_file``, ``gelu_onnx.save``).
 
 fuse_file, top to bottom: refuse a bad input path -> load (a big single-file
 model as a skeleton whose weights stay in the file) -> onnx.checker's full
@@ -17,14 +20,23 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from onnx import ModelProto
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
-from .fusion.targets import DEFAULT as DEFAULT_TARGET
+from .fusion.rewrite import checkmodel
+from .fusion import functions, targets
+from .fusion import plan as fusion
+from .fusion.report import Fusion, FuseResult
+from .fusion.targets import DEFAULT as DEFAULT_TARGET, Target, TargetName
 from .onnxio.fileops import folder_lock, path_arg, utf8_path
+from .onnxio.format import MMAP_MIN_BYTES
 
-if TYPE_CHECKING:  # the package stays cheap to import (the CLI's --help)
-    from .api import FuseResult
+__all__ = ["fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult", "ModelLike", "fuse_file", "inspect_file",
+           "save", "check_input", "write_model"]
+
+# What the API takes as a model: a ModelProto, or a path to an .onnx file.
+ModelLike = ModelProto | str | os.PathLike
 
 
 def require_file(path) -> None:
@@ -81,14 +93,33 @@ def _same_file(a, b) -> bool:
         return False
 
 
+# Below this file size a plain parse + serialize costs well under a second
+# (and io reads such files rather than mapping them).
+SPLICE_MIN_BYTES = MMAP_MIN_BYTES
+
+
+def splice_wanted(path, min_bytes: int | None = None) -> bool:
+    """Whether fuse / inspect try the splice path for this file (onnxio/splice.py)."""
+    if os.environ.get("GELU_ONNX_SPLICE", "1") == "0":
+        return False
+    try:
+        return os.stat(path).st_size >= (SPLICE_MIN_BYTES if min_bytes is None else min_bytes)
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def _opened(path):
     """(loaded model, skeleton or None): big single-file models are read as a
-    skeleton whose weights stay in the file (splice); others by onnxio.load_model."""
+    skeleton whose weights stay in the file (splice, imported only then); others
+    by onnxio.load_model."""
     from . import onnxio
-    from .onnxio import splice
 
-    skel = splice.open_skeleton(path) if splice.wanted(path) else None
+    skel = None
+    if splice_wanted(path):
+        from .onnxio import splice
+
+        skel = splice.open_skeleton(path)
     if skel is None:
         yield onnxio.load_model(path), None
         return
@@ -109,7 +140,6 @@ def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False)
     as it was. Raises gelu_onnx.errors.GeluOnnxError subclasses (one-line
     messages) for bad input and unsupported models."""
     from . import onnxio
-    from .api import fuse_with_report
 
     src, dst = path_arg(src), path_arg(dst)
     require_file(src)
@@ -139,7 +169,6 @@ def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False)
 def inspect_file(src, target=DEFAULT_TARGET) -> FileInspectResult:
     """Every GELU that fuse_file would fuse for ``target`` and every near-miss,
     as ``gelu-onnx inspect`` reports them; nothing is written."""
-    from .api import inspect
     from .verify.pairing import custom_ops_gone
 
     src = path_arg(src)
@@ -327,12 +356,12 @@ def _loadable_ir(model, shown, notes: list[str]) -> None:
         notes.append(f"the model needs IR version {model.ir_version}; onnxruntime is not installed, "
                      "so whether your runtime loads it was not asked")
         return
-    from . import ortinfo
+    from . import ortlib
 
-    limit = ortinfo.max_ir_version()
+    limit = ortlib.max_ir_version()
     if model.ir_version > limit:
         raise UnsupportedError(f"{shown}: the model needs IR version {model.ir_version} features; "
-                               f"the installed onnxruntime {ortinfo.version()} loads IR <= {limit}")
+                               f"the installed onnxruntime {ortlib.runtime_version()} loads IR <= {limit}")
 
 
 def _checker(model_or_path, shown) -> None:
@@ -361,3 +390,81 @@ def _cwd(folder):
 
 def _one_line(s) -> str:
     return " ".join(str(s).split())
+
+
+# --- loading ------------------------------------------------------------------
+
+def _as_model(model, base_dir=None):
+    """(ModelProto, folder its external data lives in, the main graph's
+    onnxio.NodeTable or None). Paths are loaded and validated by
+    gelu_onnx.onnxio (no weight payload is read)."""
+    if isinstance(model, ModelProto):
+        return model, base_dir, None
+    from .onnxio import LoadedModel, load_model_proto
+
+    if isinstance(model, (str, os.PathLike, LoadedModel)):
+        loaded = load_model_proto(model)
+        return loaded.model, loaded.base_dir, loaded.table
+    raise InputError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
+
+
+# --- the API --------------------------------------------------------------------
+
+def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, inplace: bool = False,
+                     base_dir: str | None = None, input_check: bool = False) -> FuseResult:
+    """Fuse every GELU in ``model`` (a ModelProto, a path or an
+    onnxio.LoadedModel) for ``target`` (a name or a fusion.targets.Target).
+    ``base_dir``: the folder a ModelProto's external data lives in (lets
+    scalar GELU constants stored externally be read). The input ModelProto is
+    never modified unless ``inplace=True``. ``input_check``: also keep the
+    input's check model in ``FuseResult.input_check`` (fusion/rewrite/checkmodel.py;
+    None where the input itself must be checked).
+    """
+    t = targets.get(target)
+    src, base_dir, table = _as_model(model, base_dir)
+    functions.refuse_foreign_functions(src)
+    if inplace:
+        m = src
+    else:
+        m = ModelProto()
+        m.CopyFrom(src)
+        table = None  # it lists src's nodes, not the copy's
+    res = FuseResult(m, t.name)
+    if functions.holds_gelu(m):
+        table = None  # the main graph may change (inlined calls, a raised opset)
+    m, fplan = functions.fuse_functions(m, t, res, fuse_with_report)
+    res.model = m
+    unchanged = table is not None  # the main graph is still the input's
+    plans = fusion.plan(m, base_dir, table)
+    if t.needs_upgrade(m) and fusion.expressible(plans, t):
+        t.prepare(m, res.notes)
+        plans = fusion.plan(m, base_dir)
+        unchanged = False
+
+    def keep_check_model(p):
+        res.input_check = checkmodel.check_model(m, p)
+
+    fusion.rewrite(m, plans, t, res, keep_check_model if input_check and unchanged else None)
+    functions.label_inlined(res, fplan)
+    return res
+
+
+def fuse(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, inplace: bool = False,
+         base_dir: str | None = None) -> ModelProto:
+    """Return a new ModelProto with every GELU fused (see fuse_with_report)."""
+    return fuse_with_report(model, target, inplace=inplace, base_dir=base_dir).model
+
+
+def inspect(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, base_dir: str | None = None) -> FuseResult:
+    """Every GELU that ``fuse`` would fuse, and every near-miss; changes nothing."""
+    t = targets.get(target)
+    m, base_dir, table = _as_model(model, base_dir)
+    functions.refuse_foreign_functions(m)
+    if functions.holds_gelu(m):
+        # what fuse would do there (in bodies or inlined) is found by doing it on a copy
+        done = fuse_with_report(m, t, base_dir=base_dir)
+        return FuseResult(m, t.name, fusions=done.fusions, near_misses=done.near_misses, notes=done.notes,
+                          already=done.already)
+    res = FuseResult(m, t.name)
+    fusion.report(fusion.plan(m, base_dir, table, may_sort=False), t, res)
+    return res

@@ -26,7 +26,7 @@ import onnxruntime as ort
 import pytest
 
 import gelu_onnx
-from gelu_onnx import contract, ortinfo
+from gelu_onnx import contract, ortlib
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 MANIFEST = json.loads((MODELS / "manifest.json").read_text())
@@ -148,7 +148,7 @@ def test_fuse_bundled_model(file, target):
         assert any(n.code == "silu" for n in res.near_misses), f"SiLU not reported as a near miss: {misses}"
 
     m = res.model
-    assert m.ir_version <= ortinfo.max_ir_version()
+    assert m.ir_version <= ortlib.max_ir_version()
     onnx.checker.check_model(m, full_check=True)
     # Exactly the fused subgraphs' Erf/Tanh/Sigmoid nodes are gone (a pooler's
     # Tanh, a SiLU's Sigmoid stay).

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from gelu_onnx import cli, contract, onnxio, ortinfo
+from gelu_onnx import cli, contract, onnxio, ortlib
 from gelu_onnx.errors import UnsupportedError
 
 from helpers.model_helpers import gelu_model, save
@@ -111,7 +111,7 @@ def test_fuse_then_check_round_trip(tmp_path):
         assert r.stdout.startswith("fused 1 GELU (erf: 1)") and "near-miss" in r.stdout
         m = onnx.load(str(out))
         onnx.checker.check_model(m)
-        assert m.ir_version <= ortinfo.max_ir_version()
+        assert m.ir_version <= ortlib.max_ir_version()
         ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
         r = gelu("check", src, out, "--dim", "batch=32", "--no-library")
         assert r.returncode == 0, r.stdout + r.stderr
@@ -205,12 +205,12 @@ def test_check_pass_and_npz(models, tmp_path):
 
 def test_check_ir14_and_unavailable_providers(models, tmp_path):
     ir14 = save(gelu_model("gelu20", ir=14), tmp_path / "ir14.onnx")
-    if ortinfo.max_ir_version() >= 14:  # onnxruntime >= 1.32: it loads, so the check runs
+    if ortlib.max_ir_version() >= 14:  # onnxruntime >= 1.32: it loads, so the check runs
         r = gelu("check", models["erf"], ir14)
         assert r.returncode == 0, r.stdout + r.stderr
     else:  # the runtime's refusal, explained in one line with its own limit
         assert_one_line_error(gelu("check", models["erf"], ir14), 3,
-                              f"loads IR <= {ortinfo.max_ir_version()}")
+                              f"loads IR <= {ortlib.max_ir_version()}")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         assert_one_line_error(gelu("check", models["erf"], models["gelu20"], "--provider", "cuda"), 3, "onnxruntime-gpu")
     r = gelu("check", models["erf"], models["gelu20"], "--provider", "tensorrt")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gelu_onnx.onnxio import splice
+from gelu_onnx import files
 from helpers.model_helpers import gelu_model, matmul_gelu_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +29,7 @@ def _model(n: int, path: Path, external: str | None = None) -> Path:
 def inputs(tmp_path_factory):
     d = tmp_path_factory.mktemp("fault-inputs")
     big = _model(4200, d / "big.onnx")
-    assert splice.wanted(big)
+    assert files.splice_wanted(big)
     return {"small": _model(64, d / "small.onnx"), "external": _model(512, d / "ext" / "model.onnx", "w.bin"),
             "big": big}
 

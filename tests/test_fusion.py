@@ -294,8 +294,9 @@ def test_bias_after_matmul_needs_no_shape_inference(monkeypatch):
 
 def _index(m):
     from gelu_onnx.fusion.index.graph import GraphIndex
+    from gelu_onnx.onnxio.arraycheck import scanned_table
 
-    return GraphIndex(m.graph)
+    return GraphIndex(m.graph, scanned_table(m))
 
 
 @pytest.mark.parametrize("name", ["bert_torchscript_op17", "gpt2_torchscript_op14", "clip_text_dynamo_op18",

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from scipy.special import erf
 
 from gelu_onnx import onnxio
-from gelu_onnx.onnxio.tensors import external_info
+from gelu_onnx.onnxio.format import external_info
 from gelu_onnx.errors import InputError, UnsafeModelError
 from helpers.hostile.malformed import ffn_model, save_external, write_proto
 
@@ -260,7 +260,7 @@ def test_big_model_split_into_data_file(tmp_path):
 def test_fused_external_model_end_to_end(ext_model, tmp_path):
     """load -> fuse -> save elsewhere: weights stay external, the result runs in
     a plain ORT (model-local functions) and matches the float64 reference."""
-    fuse = pytest.importorskip("gelu_onnx.api").fuse_with_report
+    fuse = pytest.importorskip("gelu_onnx.files").fuse_with_report
     path, m = ext_model
     lm = onnxio.load_model(path)
     res = fuse(lm.model, target="custom")

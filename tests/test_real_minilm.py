@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from models import minilm  # noqa: E402
 
 import gelu_onnx  # noqa: E402
-from gelu_onnx import contract, ortinfo  # noqa: E402
+from gelu_onnx import contract, ortlib  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_minilm_fused_embeddings_match(minilm_export, fused_minilm, target):
     assert forms == ["erf"] * minilm.NUM_GELUS, (
         f"{target}: fused {forms}; near misses: {[(n.code, n.anchor) for n in res.near_misses]}")
     fused = res.model
-    assert fused.ir_version <= ortinfo.max_ir_version()
+    assert fused.ir_version <= ortlib.max_ir_version()
     onnx.checker.check_model(fused, full_check=True)
     # No Erf left in the graph (the custom target's functions may hold one).
     assert not [n for n in fused.graph.node if n.op_type == "Erf"]

@@ -62,7 +62,8 @@ def _both(model: onnx.ModelProto, target: str, monkeypatch, scanned_expected: bo
 
 
 def _scannable(model) -> bool:
-    """Graphs the arrays cover: no subgraphs (those are indexed over the protos)."""
+    """Files whose validation keeps the scanner's arrays (no subgraphs: onepass
+    walks those; the fuse pass then scans every graph itself)."""
     return not any(a.HasField("g") or len(a.graphs) for n in model.graph.node for a in n.attribute)
 
 
@@ -199,7 +200,8 @@ if __name__ == "__main__":  # a chain file for benchmarks by hand
 def test_every_main_graph_is_read_by_the_scanner():
     """The API's in-memory model and bytes the scanner declines (the graph
     field twice, which protobuf merges) are read by the scanner too: their
-    own serialization. A graph with a subgraph is not (yet): indexed over the protos."""
+    own serialization; so are If/Loop/Scan bodies (each its own bytes), and
+    a node holding them reads every outer name they use."""
     from gelu_onnx.fusion.plan import plan
 
     m = chain(5)
@@ -216,4 +218,61 @@ def test_every_main_graph_is_read_by_the_scanner():
                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
     sub.graph.node.append(helper.make_node("If", ["c"], ["w"], then_branch=body, else_branch=body))
     sub.graph.input.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
-    assert plan(sub).graphs[-1].index.arrays is None
+    graphs = plan(sub).graphs
+    assert len(graphs) == 3 and all(g.index.arrays is not None for g in graphs)
+    main = graphs[-1].index
+    assert main.nested == [len(sub.graph.node) - 1] and main.consumers["y"] == [len(sub.graph.node) - 1]
+    assert [g.index.parent for g in graphs[:2]] == [main, main]
+    assert len(gelu_onnx.fuse_with_report(sub, "custom").fusions) == 5
+
+
+def test_a_body_out_of_order_is_sorted_and_odd_names_are_one_line():
+    """An in-memory If body whose nodes are out of topological order is
+    sorted (as the main graph is) and its GELUs fuse, with ONNX Runtime
+    parity; inspect sorts a copy (the caller's model is unchanged). A
+    tensor name written twice, or one holding a NUL byte (the native
+    scanner reads UTF-8 names only), is an InputError (one line, exit 2)."""
+    import onnxruntime as ort
+
+    from gelu_onnx.errors import InputError
+
+    m = chain(5)
+    body = onnx.GraphProto()
+    body.CopyFrom(m.graph)
+    body.name = "then"
+    del body.input[:]
+    nodes = list(body.node)[::-1]
+    del body.node[:]
+    body.node.extend(nodes)
+    body.output[0].name = "w_then"
+    body.node[0].output[0] = "w_then"  # the last node (reversed: first) writes the body's output
+    for n in body.node[1:]:
+        for k, x in enumerate(n.input):
+            if x == m.graph.output[0].name:
+                n.input[k] = "w_then"
+    top = onnx.ModelProto()
+    top.CopyFrom(m)
+    del top.graph.node[:]
+    top.graph.node.append(helper.make_node("If", ["c"], [m.graph.output[0].name], then_branch=body, else_branch=body))
+    top.graph.input.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    before = top.SerializeToString()
+    assert len(gelu_onnx.inspect(top, "custom").fusions) == 10
+    assert top.SerializeToString() == before
+    res = gelu_onnx.fuse_with_report(top, "ort")
+    assert len(res.fusions) == 10 and top.SerializeToString() == before
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+    feeds = {"x": x, "c": np.array(True)}
+    # ONNX Runtime refuses an If body out of order: the chain itself is the reference
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(res.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    twice = onnx.ModelProto()
+    twice.CopyFrom(m)
+    twice.graph.node[3].output[0] = twice.graph.node[1].output[0]
+    with pytest.raises(InputError, match="written twice"):
+        gelu_onnx.fuse(twice, "custom")
+    nul = onnx.ModelProto()
+    nul.CopyFrom(m)
+    nul.graph.node[2].output[0] = nul.graph.node[3].input[0] = "a\0b"
+    with pytest.raises(InputError, match="NUL"):
+        gelu_onnx.fuse(nul, "custom")

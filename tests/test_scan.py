@@ -2,7 +2,7 @@
 onnx's own parser: every bundled export, the hand-built GELU corpus, and
 seeded mutations of them. Where both accept the bytes, they read the same
 nodes, names, initializers and graph inputs/outputs; the scanner never
-crashes (the C++ under ASan/UBSan: plugins/scan/tests/scan_fuzz.cpp)."""
+crashes (the C++ under ASan/UBSan: tests/native/scan/scan_fuzz.cpp)."""
 from __future__ import annotations
 
 import os
@@ -139,7 +139,7 @@ def test_every_truncation_is_a_status():
 
 
 def test_the_scanner_under_asan_and_ubsan(tmp_path):
-    """plugins/scan/tests/scan_fuzz.cpp: the scanner compiled with ASan/UBSan,
+    """tests/native/scan/scan_fuzz.cpp: the scanner compiled with ASan/UBSan,
     fed bundled models and seeded mutations of them in exactly sized buffers;
     every OK scan's arrays checked for internal consistency."""
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
@@ -147,7 +147,7 @@ def test_the_scanner_under_asan_and_ubsan(tmp_path):
         pytest.skip("no C++ compiler")
     exe = tmp_path / "scan_fuzz"
     cmd = [cxx, "-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-           "-fno-sanitize-recover=all", f"-I{SCAN}", str(SCAN / "tests" / "scan_fuzz.cpp"),
+           "-fno-sanitize-recover=all", f"-I{SCAN}", str(ROOT / "tests" / "native" / "scan" / "scan_fuzz.cpp"),
            str(SCAN / "gelu_onnx_scan.cpp"), "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]

@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gelu_onnx import cli, onnxio
-from gelu_onnx.onnxio import protowire, splice
+from gelu_onnx import cli, files, onnxio
+from gelu_onnx.onnxio import format as fileformat, splice
 from gelu_onnx.errors import GeluOnnxError, InputError
 from gelu_onnx.fusion.index.graph import tensor_value
 
@@ -28,7 +28,7 @@ STRIP = 4096
 @pytest.fixture
 def forced(monkeypatch):
     """Splice every file the CLI fuses, and strip tensors >= 4 KiB."""
-    monkeypatch.setattr(splice, "MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(files, "SPLICE_MIN_BYTES", 0)
     monkeypatch.setattr(splice, "STRIP_MIN_BYTES", STRIP)
     monkeypatch.delenv("GELU_ONNX_SPLICE", raising=False)
 
@@ -160,7 +160,7 @@ def test_inspect_on_the_skeleton_equals_the_plain_path(tmp_path, monkeypatch, ca
     src = _save(_model(subgraph=variant == "subgraph", sparse=variant == "sparse"), tmp_path / "m.onnx")
     outs = {}
     for on in (True, False):
-        monkeypatch.setattr(splice, "MIN_FILE_BYTES", 0 if on else 1 << 62)
+        monkeypatch.setattr(files, "SPLICE_MIN_BYTES", 0 if on else 1 << 62)
         monkeypatch.setattr(splice, "STRIP_MIN_BYTES", STRIP)
         calls = []
         real = splice.open_skeleton
@@ -275,10 +275,10 @@ def test_tensor_with_wrong_payload_length_is_refused(tmp_path, monkeypatch, forc
 def test_wanted_threshold_and_switch(tmp_path, monkeypatch):
     src = _save(_model(), tmp_path / "m.onnx")
     monkeypatch.delenv("GELU_ONNX_SPLICE", raising=False)
-    assert not splice.wanted(src)  # a small file: plain path
-    assert splice.wanted(src, min_bytes=0)
+    assert not files.splice_wanted(src)  # a small file: plain path
+    assert files.splice_wanted(src, min_bytes=0)
     monkeypatch.setenv("GELU_ONNX_SPLICE", "0")
-    assert not splice.wanted(src, min_bytes=0)
+    assert not files.splice_wanted(src, min_bytes=0)
 
 
 # --- damaged input --------------------------------------------------------------------
@@ -326,7 +326,7 @@ def test_wire_walker_stays_in_bounds():
     for _ in range(500):
         blob = rng.integers(0, 256, int(rng.integers(0, 64)), dtype=np.uint8).tobytes()
         try:
-            for _, _, fs, vs, fe in protowire.iter_fields(protowire.Source(blob), 0, len(blob)):
+            for _, _, fs, vs, fe in fileformat.iter_fields(fileformat.Source(blob), 0, len(blob)):
                 assert 0 <= fs < vs <= fe <= len(blob) or (fs < fe <= len(blob))
-        except (protowire.Malformed, protowire.Unsupported):
+        except (fileformat.Malformed, fileformat.Unsupported):
             pass

@@ -17,7 +17,7 @@ from onnx import helper
 from onnx import numpy_helper as nh
 from scipy.special import erf
 
-from gelu_onnx import contract, ortinfo, verify
+from gelu_onnx import contract, ortlib, verify
 from gelu_onnx.errors import InputError, UnsupportedError
 from helpers.model_helpers import gelu_model, save
 
@@ -302,11 +302,11 @@ def test_check_npz_inputs_are_used(tmp_path):
 def test_check_ir14_follows_the_installed_runtime(tmp_path):
     o = save(gelu_model("erf"), tmp_path / "o.onnx")
     f = save(gelu_model("gelu20", ir=14), tmp_path / "f.onnx")
-    if ortinfo.max_ir_version() >= 14:
+    if ortlib.max_ir_version() >= 14:
         assert verify.check(o, f, use_library=False).ok
     else:
         with pytest.raises(UnsupportedError, match=f"IR version 14; the installed onnxruntime .* loads IR <= "
-                                                   f"{ortinfo.max_ir_version()}"):
+                                                   f"{ortlib.max_ir_version()}"):
             verify.check(o, f, use_library=False)
 
 
@@ -322,8 +322,8 @@ def test_max_ir_version_is_what_the_runtime_says():
         ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     said = re.search(r"max supported IR version: (\d+)", str(e.value))
     assert said, str(e.value)
-    assert ortinfo.max_ir_version() == int(said.group(1))
-    assert ortinfo.loads_ir(ortinfo.max_ir_version()) and not ortinfo.loads_ir(ortinfo.max_ir_version() + 1)
+    assert ortlib.max_ir_version() == int(said.group(1))
+    assert ortlib.loads_ir(ortlib.max_ir_version()) and not ortlib.loads_ir(ortlib.max_ir_version() + 1)
 
 
 def test_the_ir_limit_is_asked_once_per_installed_runtime(tmp_path):
@@ -335,8 +335,8 @@ def test_the_ir_limit_is_asked_once_per_installed_runtime(tmp_path):
     import subprocess
     import sys
 
-    probe = ("import sys; from gelu_onnx import ortinfo; "
-             "print(ortinfo.max_ir_version(), 'onnxruntime' in sys.modules)")
+    probe = ("import sys; from gelu_onnx import ortlib; "
+             "print(ortlib.max_ir_version(), 'onnxruntime' in sys.modules)")
 
     def run(cache, **more):
         env = {**os.environ, **more}
@@ -347,7 +347,7 @@ def test_the_ir_limit_is_asked_once_per_installed_runtime(tmp_path):
         limit, imported = out.stdout.split()
         return int(limit), imported == "True"
 
-    limit = ortinfo.max_ir_version()
+    limit = ortlib.max_ir_version()
     assert run(tmp_path / "c") == (limit, True)  # asked: onnxruntime imported
     kept = json.loads((tmp_path / "c" / "ort-max-ir.json").read_text())
     (key, value), = kept.items()

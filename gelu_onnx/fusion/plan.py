@@ -27,10 +27,11 @@ from .replay.matches import MatchSet, RegionInputs
 from .replay.matches import replay_bias, replay_matches
 from .report import FuseResult, record
 from .rewrite.setrewrite import rewrite_graph, set_records
-from .rewrite.emit import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, emit_nodes,
-                           replace_regions, wider)
+from .rewrite.emit import Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, wider
 from .targets import Target
-from ..onnxio.arraycheck import scanned_table
+from ..errors import InputError
+from ..onnxio.arraycheck import scanned_table, subgraph_table
+from ..onnxio.arraytable import outer_references
 from ..onnxio.walk import subgraphs
 
 
@@ -99,7 +100,7 @@ class GraphPlan:
     candidates: list[Candidate]
     misses: list[NearMiss]
     selected: list[Selected] = field(default_factory=list)
-    # region GELUs carried from one representative each (scanned main graphs)
+    # region GELUs carried from one representative each (main graphs without subgraphs)
     sets: list[MatchSet] = field(default_factory=list)
     selected_sets: list[SelectedSet] = field(default_factory=list)
 
@@ -117,27 +118,38 @@ class Plan:
         return [s for g in self.graphs for s in [*g.selected, *g.selected_sets]]
 
 
-def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
+def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: bool = True) -> Plan:
     """Match every graph without changing anything; indexes stay valid for
     the rewrite that follows (inner graphs first). ``table``: the main
-    graph's onnxio table, if validation read it (GraphIndex checks it
-    belongs to the graph). A main graph is read by the native scanner
-    (its file's bytes, else its own serialization); only what the arrays
-    do not cover is indexed over the protos (onnxio.arraycheck.scanned_table)."""
+    graph's onnxio.ArrayTable, if validation read it. Every graph is read
+    by the native scanner: the main graph as its file's bytes or its own
+    serialization, an If/Loop/Scan body as its own
+    (onnxio.arraycheck.scanned_table / subgraph_table). An in-memory graph
+    whose nodes are out of topological order is sorted first (the checker
+    refuses such a file; ONNX Runtime sorts it); with ``may_sort`` False
+    (inspect: the caller's model) that happens on a copy."""
+    if may_sort is False:
+        try:
+            return plan(model, base_dir, table, may_sort=None)
+        except _Unsorted:
+            copy = ModelProto()
+            copy.CopyFrom(model)
+            return plan(copy, base_dir)
     if not getattr(table, "lazy", False) or table.graph is not model.graph:
-        table = scanned_table(model) or table
+        table = _table(model.graph, scanned_table, model, may_sort)
     out: list[GraphPlan] = []
     inferred = InferredShapes(model)  # runs only when an undeclared shape is asked for
 
-    def visit(graph, parent, path):
-        idx = GraphIndex(graph, parent, path, base_dir, table if parent is None else None)
+    def visit(graph, tbl, parent, path):
+        idx = GraphIndex(graph, tbl, parent, path, base_dir)
         idx.inferred = inferred
         for i in idx.nested:
             node = idx.nodes[i]
             for attr, sub in subgraphs(node):
                 label = node.name or f"{node.op_type}#{i}"
-                visit(sub, idx, f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
-        # a main graph the native scanner read: the matcher once per distinct
+                visit(sub, _table(sub, subgraph_table, sub, may_sort), idx,
+                      f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
+        # a main graph without subgraphs: the matcher once per distinct
         # neighbourhood, its answers carried to the rest (fusion/replay/matches.py)
         replayed = replay_matches(idx)
         sets: list[MatchSet] = []
@@ -164,8 +176,70 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None) -> Plan:
                  + [Candidate(m, True, b, order=(2, k)) for k, (m, b) in enumerate(legacy)])
         out.append(GraphPlan(idx, cands, misses + legacy_misses, sets=sets))
 
-    visit(model.graph, None, "")
+    visit(model.graph, table, None, "")
     return Plan(out, default_opset(model))
+
+
+class _Unsorted(Exception):
+    """A graph must be sorted and the model is the caller's (inspect)."""
+
+
+def _table(graph, read, arg, may_sort):
+    """``read(arg)`` (the graph's ArrayTable); a graph out of topological
+    order sorted in place and read again; InputError for a name written
+    twice or a cycle (the checker refuses such files too)."""
+    t = read(arg)
+    if t is not None:
+        return t
+    if not may_sort:
+        raise _Unsorted
+    if not _sort(graph) or (t := read(arg)) is None:
+        raise InputError(f"graph {graph.name!r}: a tensor name is written twice, or the nodes form a cycle")
+    return t
+
+
+def _sort(graph) -> bool:
+    """Put ``graph``'s nodes in topological order (stable: each node as
+    early as what it reads allows, ties by position); False when a name is
+    written twice or the nodes form a cycle."""
+    import heapq
+
+    nodes = list(graph.node)
+    writer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                if o in writer:
+                    return False
+                writer[o] = i
+    after: list[list[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for i, n in enumerate(nodes):
+        reads = {x for x in n.input if x}
+        for _, g in subgraphs(n):
+            reads |= outer_references(g)
+        for p in {writer[x] for x in reads if x in writer}:
+            if p != i:
+                after[p].append(i)
+                waiting[i] += 1
+    ready = [i for i, w in enumerate(waiting) if not w]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in after[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, j)
+    if len(order) != len(nodes):
+        return False
+    copies = [type(nodes[i])() for i in order]  # detached: graph.node is cleared below
+    for c, i in zip(copies, order):
+        c.CopyFrom(nodes[i])
+    del graph.node[:]
+    graph.node.extend(copies)
+    return True
 
 
 def expressible(plan: Plan, target: Target) -> bool:
@@ -270,31 +344,15 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
     if before_edit is not None:
         before_edit(plan)
     dead: set[str] = set()
-    for g in plan.graphs:
-        if g.index.arrays is not None:  # a scanned main graph: at the byte level
-            if g.selected or g.selected_sets:
-                rewrite_graph(g, names, res, dead)
-            continue
-        if not g.selected:
-            continue
-        idx, regions = g.index, []
-        for s in g.selected:
-            mt, c = s.match, s.candidate
-            if c.legacy:
-                new = legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph)
-                regions.append((mt, new, False))
-            else:
-                emit = single_op.emit if mt.single_op is not None else emit_nodes
-                regions.append((mt, emit(mt, s.emission, s.compute_type, s.use_bias, names), s.use_bias))
-                dead.update(mt.consts)
-            res.fusions.append(record(idx, mt, s.emission, s.use_bias, s.compute_type))
-        replace_regions(idx.graph, regions)
+    nested = len(plan.graphs) > 1 or bool(plan.graphs[0].index.nested)
+    for g in plan.graphs:  # inner graphs first: a parent then writes its nodes' new bodies
+        if g.selected or g.selected_sets:
+            rewrite_graph(g, names, res, dead, tidy=not nested)
     if not res.fusions:
         return
-    # every graph of m (plan visited them all); a scanned graph's dead
-    # constants and stale value_info went with its rewrite (setrewrite)
-    graphs = [g.index.graph for g in plan.graphs if g.index.arrays is None]
-    drop_dead_constants(m, dead, graphs)
+    if nested:  # names cross scopes: dead constants and stale value_info over every graph
+        graphs = [g.index.graph for g in plan.graphs]
+        drop_dead_constants(m, dead, graphs)
+        drop_stale_value_info(m, graphs)
     single_op.drop_unused_functions(m)
-    drop_stale_value_info(m, graphs)
     target.finish(m, plan.opset, fn_dtype)

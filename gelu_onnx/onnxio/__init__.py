@@ -1,6 +1,6 @@
 """Reading, validating and writing ONNX files without losing a user's data.
 
-walk (every graph and tensor) -> tensors (format facts) -> validate -> load;
+walk (every graph and tensor) -> format (format facts, the wire format) -> validate -> load;
 irversion (the lowest IR a model needs); save (atomic writes, backups,
 rollback) on fileops (temp files, modes, the one copy routine; signals
 handled by gelu_onnx.interrupts); splice (big single-file models as a
@@ -12,7 +12,7 @@ from .irversion import (IR_FLOOR, ModelFacts, checkable_in_memory, lower_ir_vers
                         required_ir_version, serialized_facts)
 from .load import LoadedModel, load_model, load_model_proto, tensor_array
 from .save import SavedModel, check_output_path, save_model
-from .tensors import MAX_PROTO_BYTES, MMAP_MIN_BYTES, embedded_bytes, tensor_nbytes
+from .format import MAX_PROTO_BYTES, MMAP_MIN_BYTES, embedded_bytes, tensor_nbytes
 from .validate import validate_model
 from .walk import iter_graphs, iter_tensors
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .arraytable import ArrayTable, unique
 from .onepass import Recheck, known_ops
-from .tensors import ELEM_BITS, KNOWN_TYPES
+from .format import ELEM_BITS, KNOWN_TYPES
 from .walk import attr_tensors
 from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR
 
@@ -33,26 +33,36 @@ def _plain_structure(g, s) -> bool:
     """Whether ``s`` (a scan of ``g``'s bytes) is a graph the arrays cover
     whole: no subgraph, no function-attribute reference, no sparse
     initializer; every name written once, read after it is written."""
-    n = s.n_nodes
-    if (n != len(g.node) or len(s.init_name) != len(g.initializer) or len(s.input_name) != len(g.input)
-            or len(s.output_name) != len(g.output) or len(s.vi_name) != len(g.value_info)
-            or len(g.sparse_initializer)):
-        return False  # not the graph that was scanned (cannot happen for one parse of one buffer)
-    if (s.node_flags & (NF_SUBGRAPH | NF_REF)).any():
+    if len(g.sparse_initializer) or (s.node_flags & (NF_SUBGRAPH | NF_REF)).any():
         return False  # subgraphs: one_pass walks them; references: node_op words them
+    return _same_counts(g, s) and _written_once_in_order(s, [], outer=False)
+
+
+def _same_counts(g, s) -> bool:
+    """Whether ``s`` lists as many of each thing as ``g`` (it always does
+    for one parse of one buffer)."""
+    return (s.n_nodes == len(g.node) and len(s.init_name) == len(g.initializer)
+            and len(s.input_name) == len(g.input) and len(s.output_name) == len(g.output)
+            and len(s.vi_name) == len(g.value_info))
+
+
+def _written_once_in_order(s, more_given, outer: bool) -> bool:
+    """Every name written once (the graph's inputs, initializers, the
+    string ids ``more_given`` and node outputs), read after it is written;
+    ``outer``: a subgraph, whose names written nowhere in it are the
+    enclosing graphs'."""
+    n = s.n_nodes
     inputs, inits = s.input_name, s.init_name
     if not (inputs.all() and inits.all()) or len(unique(inputs)) != len(inputs) \
             or len(unique(inits)) != len(inits):
         return False  # an empty or repeated input / initializer name
-    # every name written once: the graph's inputs and initializers (one may
-    # be both) and every node output that is not omitted
     outs = s.out_ids[s.out_ids != 0]
-    given = unique(np.concatenate([inputs, inits]))
+    given = unique(np.concatenate([inputs, inits, np.asarray(more_given, inputs.dtype)]))
     written = np.concatenate([given, outs])
     if len(unique(written)) != len(written):
         return False
     # every input read after it is written (so the nodes are in order, and acyclic)
-    when = np.full(len(s.names), n, np.int64)  # n: never written
+    when = np.full(len(s.names), -1 if outer else n, np.int64)  # never written here: outer, or an error
     when[given] = -1
     when[outs] = np.repeat(np.arange(n), np.diff(s.node_out_off))[s.out_ids != 0]
     reader = np.repeat(np.arange(n), np.diff(s.node_in_off))
@@ -64,14 +74,38 @@ def _plain_structure(g, s) -> bool:
 
 def scanned_table(model) -> ArrayTable | None:
     """The main graph of ``model`` (a ModelProto, not validated here) as an
-    ArrayTable of its own serialization, or None when the arrays do not
-    cover it (subgraphs, sparse initializers, names the scanner declines,
-    names written twice or out of order): the fuse pass then indexes the
-    protos (fusion/index/graph.py)."""
+    ArrayTable of its own serialization (onnxio.wire.scan_model); None as
+    for graph_table."""
     from .wire import scan_model
 
-    s = scan_model(model)
-    return ArrayTable(model.graph, s) if s is not None and _plain_structure(model.graph, s) else None
+    return graph_table(model.graph, scan_model(model), outer=False)
+
+
+def subgraph_table(graph) -> ArrayTable | None:
+    """An If/Loop/Scan body as an ArrayTable (onnxio.wire.scan_graph); None as for graph_table."""
+    from .wire import scan_graph
+
+    return graph_table(graph, scan_graph(graph), outer=True)
+
+
+def graph_table(g, s, outer: bool) -> ArrayTable | None:
+    """``g`` as the ArrayTable of ``s`` (a scan of its bytes), or None when
+    a name is written twice or read before it is written (a graph out of
+    topological order: fusion/plan.py sorts one); InputError when the
+    scanner declined the bytes (a name that is not UTF-8 or holds a NUL:
+    one line, exit 2). Subgraphs,
+    function-attribute references and sparse initializers are covered (a
+    sparse initializer is a name the graph writes, never a constant)."""
+    if s is None:  # protobuf's own serialization: only a name the scanner declines
+        from ..errors import InputError
+
+        raise InputError(f"graph {g.name!r}: a name that is not UTF-8 or holds a NUL byte; the fuse pass "
+                         "reads UTF-8 names only (docs/safety.md, names)")
+    if not _same_counts(g, s):
+        return None
+    sparse = s.find_many([t.values.name for t in g.sparse_initializer]) if len(g.sparse_initializer) else []
+    sparse = [i for i in np.asarray(sparse).tolist() if i > 0]
+    return ArrayTable(g, s) if _written_once_in_order(s, sparse, outer) else None
 
 
 def array_pass(v, g, scan) -> ArrayTable:

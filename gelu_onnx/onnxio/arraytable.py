@@ -166,9 +166,28 @@ class DeclaredOrInitializer(Mapping):
         return sum(1 for _ in self)
 
 
+def outer_references(graph) -> set[str]:
+    """Names a (sub)graph reads that it does not define itself (recursively)."""
+    from .walk import subgraphs
+
+    defined = {i.name for i in graph.input}
+    defined.update(t.name for t in graph.initializer)
+    defined.update(t.values.name for t in graph.sparse_initializer)
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(n for n in node.input if n)
+        for _, g in subgraphs(node):
+            used |= outer_references(g)
+        defined.update(node.output)
+    used.update(o.name for o in graph.output)
+    return used - defined
+
+
 class ArrayTable:
-    """The main graph of a scanned model (see the module doc). Valid while
-    ``graph`` is the unchanged graph of the bytes scanned."""
+    """One scanned graph (a main graph, or an If/Loop/Scan body scanned on
+    its own: see the module doc). Valid while ``graph`` is the unchanged
+    graph of the bytes scanned. A node holding subgraphs reads every outer
+    name its bodies use (``with_subgraphs``: those nodes)."""
 
     lazy = True
 
@@ -189,7 +208,10 @@ class ArrayTable:
         self.labels = LazyList(n, lambda i: self.names[int(s.node_name[i])])
         self.ins = NameLists(s.node_in_off, s.in_ids, self.names)
         self.outs = NameLists(s.node_out_off, s.out_ids, self.names)
-        self.with_subgraphs: list[int] = []
+        from .walk import subgraphs
+        from .wire import NF_SUBGRAPH
+
+        self.with_subgraphs: list[int] = np.flatnonzero(s.node_flags & NF_SUBGRAPH).tolist()
         self.attributed: list[int] = np.flatnonzero(np.diff(s.node_attr_off) > 0).tolist()
         nstr = len(self.names)
         self.in_count = np.diff(s.node_in_off)
@@ -202,8 +224,19 @@ class ArrayTable:
         self.producer = prod
         # who reads it: (name, node) pairs, each once, grouped by name in node order
         reader = np.repeat(np.arange(n, dtype=np.int64), self.in_count)
-        key = s.in_ids.astype(np.int64) * max(n, 1) + reader
-        key = unique(key[s.in_ids != 0])
+        read = s.in_ids.astype(np.int64)
+        if self.with_subgraphs:
+            outer_ids, outer_readers = [read], [reader]
+            for i in self.with_subgraphs:
+                refs = set()
+                for _, g in subgraphs(graph.node[i]):
+                    refs |= outer_references(g)
+                ids = scan.find_many(sorted(refs)).astype(np.int64)
+                outer_ids.append(ids[ids > 0])
+                outer_readers.append(np.full(int((ids > 0).sum()), i, np.int64))
+            read, reader = np.concatenate(outer_ids), np.concatenate(outer_readers)
+        key = read * max(n, 1) + reader
+        key = unique(key[read != 0])
         self.cons_nodes = (key % max(n, 1)).astype(np.int32)
         self.cons_off = np.zeros(nstr + 1, np.int64)
         np.cumsum(np.bincount((key // max(n, 1)).astype(np.int64), minlength=nstr), out=self.cons_off[1:])

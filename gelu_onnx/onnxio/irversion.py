@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto
 
-from .tensors import ELEM_MIN_IR, MAX_PROTO_BYTES, tensor_embedded_bytes as _embedded
+from .format import ELEM_MIN_IR, MAX_PROTO_BYTES, tensor_embedded_bytes as _embedded
 from .walk import attr_tensors, iter_graphs
 
 
@@ -121,7 +121,7 @@ def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     reads it. None for a model with subgraphs (or external attribute tensors)."""
     import numpy as np
 
-    from .tensors import ELEM_BITS
+    from .format import ELEM_BITS
     from .wire import NF_DEVICE, NF_SUBGRAPH, NF_TENSOR, NF_TYPEPROTO
 
     if (s.node_flags & NF_SUBGRAPH).any():

@@ -13,7 +13,7 @@ from onnx import TensorProto
 from ..errors import InputError, MissingFileError, UnsafeModelError
 from ..interrupts import fault
 from .fileops import path_arg
-from .tensors import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
+from .format import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
 from .onepass import NodeTable
 from .validate import Validator, one_line, quote, validate_model, validate_model_table

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from .tensors import ONNX_DOMAINS
+from .format import ONNX_DOMAINS
 from .walk import attr_tensors, subgraphs
 
 

@@ -13,14 +13,13 @@ from google.protobuf.message import EncodeError
 from onnx import TensorProto
 
 from ..errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
-from .tensors import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, external_info,
-                      is_external, tensor_nbytes)
+from .format import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, external_info,
+                      is_external, is_model_file, tensor_nbytes)
 from .fileops import (backup, claim, cleanup, copy_into, folder_lock, makedirs, new_mode, path_arg, reflink,
                       same_bytes, same_file, source_mode, tmp_in)
 from ..interrupts import critical, fault, unwinding
 from .irversion import ModelFacts, model_facts
 from .load import LoadedModel
-from .protowire import is_model_file
 from .validate import Validator, one_line
 from .walk import iter_tensors
 

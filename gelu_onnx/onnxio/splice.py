@@ -29,7 +29,8 @@ directory, so checks of the skeleton run inside ``Skeleton.in_folder()``
 verifies for a stripped tensor is its name/type/dims and that its payload
 lies in a regular file; the payload length itself is checked exactly here.
 
-GELU_ONNX_SPLICE=0 in the environment turns the splice path off.
+Which files take this path: gelu_onnx.files.splice_wanted (GELU_ONNX_SPLICE=0
+in the environment turns it off).
 """
 from __future__ import annotations
 
@@ -46,15 +47,12 @@ from ..errors import GeluOnnxError, InputError, UnsupportedError
 from .load import LoadedModel
 from .fileops import cleanup, copy_range, new_mode, tmp_in, write_all
 from ..interrupts import critical, fault, unwinding
-from .protowire import LEN, Malformed, Source, Unsupported, field_key, iter_fields, varint
+from .format import (LEN, MAX_PROTO_BYTES, Malformed, Source, Unsupported, field_key, iter_fields, tensor_nbytes,
+                     varint)
 from .save import SavedModel, check_output_path
-from .tensors import MAX_PROTO_BYTES, MMAP_MIN_BYTES, tensor_nbytes
 from .validate import validate_model
 from .walk import iter_tensors
 
-# Below this file size a plain parse + serialize costs well under a second
-# (and io reads such files rather than mapping them).
-MIN_FILE_BYTES = MMAP_MIN_BYTES
 # raw_data payloads at least this large stay in the file. Must stay far above
 # the largest tensor graph.tensor_value materialises (4096 elements): a
 # stripped tensor is never read as a constant (tests/test_splice.py checks).
@@ -188,17 +186,6 @@ class Skeleton:
     def _copy(self, dst: int, offset: int, length: int) -> None:
         """Copy input bytes [offset, offset+length) to dst's position, in the kernel."""
         copy_range(self._fd, dst, offset, length, self.path)
-
-
-def wanted(path, min_bytes: int | None = None) -> bool:
-    """Whether the CLI should try the splice path for this file."""
-    if os.environ.get("GELU_ONNX_SPLICE", "1") == "0":
-        return False
-    try:
-        size = os.stat(path).st_size
-    except OSError:
-        return False
-    return size >= (MIN_FILE_BYTES if min_bytes is None else min_bytes)
 
 
 def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | None:

@@ -12,9 +12,9 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import InputError, UnsafeModelError
-from .calls import MAX_EXPANDED_NODES, expanded_nodes
+from .walk import MAX_EXPANDED_NODES, expanded_nodes
 from .onepass import Recheck, Scope, norm_domain, one_pass
-from .tensors import (DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, KNOWN_TYPES, ONNX_DOMAINS, embedded_size_error,
+from .format import (DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, KNOWN_TYPES, ONNX_DOMAINS, embedded_size_error,
                       tensor_nbytes)
 from .walk import attr_tensors, subgraphs, walk_graphs
 

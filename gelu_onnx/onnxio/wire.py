@@ -23,7 +23,8 @@ stored), ``init_raw_start`` / ``init_raw_len`` (-1: no raw_data),
 string, int64, double, uint64), ``init_start`` / ``init_end``; the graph's
 ``input_name``, ``output_name``, ``vi_name`` (+ ``vi_start`` / ``vi_end``);
 ``model_info`` = the graph field's key, value start and end; ``names``: the
-string table.
+string table. Sparse initializers are skipped (not in the arrays: the
+fuse pass reads their names from the proto).
 """
 from __future__ import annotations
 
@@ -247,3 +248,16 @@ def scan_model(model) -> Scan | None:
     an in-memory model, a function body or a model whose file bytes the
     scanner declined (groups, a field twice) is read."""
     return scan(model.SerializeToString())
+
+
+def scan_graph(graph) -> Scan | None:
+    """A Scan of ``graph`` (a GraphProto: an If/Loop/Scan body) as protobuf
+    serializes it, read as the graph field (7) of a ModelProto holding
+    nothing else: how a subgraph is read."""
+    body = graph.SerializeToString()
+    n, key = len(body), bytearray(b"\x3a")
+    while n > 0x7F:
+        key.append(0x80 | (n & 0x7F))
+        n >>= 7
+    key.append(n)
+    return scan(bytes(key) + body)

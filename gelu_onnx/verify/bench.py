@@ -92,7 +92,7 @@ def machine_info(threads: int) -> dict:
 def versions() -> dict:
     import onnxruntime as ort
 
-    from ..version import __version__
+    from .. import __version__
 
     return {
         "gelu_onnx": __version__,
@@ -176,7 +176,7 @@ def bench(
     po = lo.model
     notes, nfus = [], None
     if fused is None:
-        from ..api import fuse_with_report
+        from ..files import fuse_with_report
 
         res = fuse_with_report(po, target=target)
         # keeps the original's external-data references: resolve them in its folder

@@ -69,7 +69,7 @@ def expose(original, fused) -> Exposed:
 
     ``original`` / ``fused``: onnxio.LoadedModel (their external data stay where
     they are: the copies keep the references)."""
-    from ..api import inspect
+    from ..files import inspect
 
     rep = inspect(original)
     records = [f.as_dict() if hasattr(f, "as_dict") else dict(vars(f)) for f in rep.fusions]

@@ -140,13 +140,13 @@ class ModelSource:
 
 
 def _load_failure(src: ModelSource, e: BaseException):
-    from .. import ortinfo
+    from .. import ortlib
 
     ir = src.proto.ir_version
-    if ir > ortinfo.max_ir_version():  # the session failed: say why in one line
+    if ir > ortlib.max_ir_version():  # the session failed: say why in one line
         return UnsupportedError(
-            f"the {src.label} model has IR version {ir}; the installed onnxruntime {ortinfo.version()} "
-            f"loads IR <= {ortinfo.max_ir_version()} (gelu-onnx fuse writes the lowest IR a model needs; "
+            f"the {src.label} model has IR version {ir}; the installed onnxruntime {ortlib.runtime_version()} "
+            f"loads IR <= {ortlib.max_ir_version()} (gelu-onnx fuse writes the lowest IR a model needs; "
             f"or upgrade onnxruntime)"
         )
     msg = first_line(e)

@@ -392,8 +392,7 @@ class Scanner {
         case 13:
           r_.vi_name.push_back(value_info(f, true));
           break;
-        case 15:
-          unsupported("sparse initializers");
+        case 15:  // sparse initializers: never constants here; their names come from the proto
         case 2:
         case 10:
           want(f, kLen);

@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto
 
 from gelu_onnx import contract as C
-from gelu_onnx import ortinfo
+from gelu_onnx import ortlib
 
 F32, F16, BF16, F64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE
 INT64, BOOL = TensorProto.INT64, TensorProto.BOOL
@@ -326,7 +326,7 @@ def fuse_and_check(case, target: str, outcomes) -> object:
     check_near_misses(case, res.near_misses, target)
     m = res.model
     onnx.checker.check_model(m, full_check=True)
-    assert m.ir_version <= ortinfo.max_ir_version(), f"IR {m.ir_version}: the installed ORT cannot load it"
+    assert m.ir_version <= ortlib.max_ir_version(), f"IR {m.ir_version}: the installed ORT cannot load it"
     assert_untouched(case.chains, case.model, m, roots)
     again = gelu_onnx.fuse_with_report(m, target=target)
     assert not again.fusions, f"second pass fused again: {describe_fusions(again.fusions)}"

@@ -11,24 +11,8 @@ from __future__ import annotations
 from onnx import GraphProto, NodeProto, TensorProto
 
 from .constants import ConstInfo, constant_node_value, elem_type_of, fold, tensor_value
-from ...onnxio.walk import subgraphs
 from ..ops import ELEMENTWISE, FOLDABLE
 from .shapes import elementwise_shape
-
-
-def outer_references(graph: GraphProto) -> set[str]:
-    """Names a (sub)graph reads that it does not define itself (recursively)."""
-    defined = {i.name for i in graph.input}
-    defined.update(t.name for t in graph.initializer)
-    defined.update(t.values.name for t in graph.sparse_initializer)
-    used: set[str] = set()
-    for node in graph.node:
-        used.update(n for n in node.input if n)
-        for _, g in subgraphs(node):
-            used |= outer_references(g)
-        defined.update(node.output)
-    used.update(o.name for o in graph.output)
-    return used - defined
 
 
 class GraphIndex:
@@ -38,10 +22,10 @@ class GraphIndex:
     defined here are looked up there, as ONNX scoping rules say.
     """
 
-    def __init__(self, graph: GraphProto, parent: "GraphIndex | None" = None, path: str = "",
-                 base_dir: str | None = None, table=None):
-        """``table``: the graph's onnxio NodeTable from validation, if any
-        (reading the nodes' fields again is most of what indexing costs)."""
+    def __init__(self, graph: GraphProto, table, parent: "GraphIndex | None" = None, path: str = "",
+                 base_dir: str | None = None):
+        """``table``: the graph's onnxio.ArrayTable (the native scanner's
+        arrays: onnxio.arraycheck.scanned_table / subgraph_table)."""
         self.graph = graph
         self.parent = parent
         self.path = path
@@ -57,10 +41,8 @@ class GraphIndex:
                     declared_shapes[vi.name] = [
                         d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
                     ]
-        if getattr(table, "lazy", False) and table.graph is graph and table.n == len(graph.node):
-            self._from_arrays(table, declared_types, declared_shapes)
-        else:
-            self._from_graph(graph, table, declared_types, declared_shapes)
+        assert table.graph is graph and table.n == len(graph.node)
+        self._from_arrays(table, declared_types, declared_shapes)
         # The matcher's per-graph caches (fusion/match/region.py, fusion/match/numeric.py),
         # filled lazily: scalar constants by name, 1/0 = node may / may not be
         # inside a GELU region (-1 unknown), numeric checks by region key.
@@ -72,72 +54,15 @@ class GraphIndex:
         self.check_cache: dict[tuple, tuple | None] = {}
         self.const_keys: dict[str, tuple] = {}  # constant -> (elem type, dtype, stored bytes)
         self._const_cache: dict[str, ConstInfo | None] = {}
-        self._maybe_const: dict[str, bool | None] = {}
         self._maybe_arr = None  # maybe_constant(), for an array-backed graph
         self._names: set[str] | None = None
         self.shape_memo: dict[str, list | None] = {}  # fusion.index.shapes.elementwise_shape's
         self.carried = None  # fusion.index.shapes.Shapes: elementwise_shape solved in bulk (array-backed graphs)
         self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
 
-    def _from_graph(self, graph, table, value_types, value_shapes) -> None:
-        """Python dicts and lists of the graph (``table``: onepass.NodeTable)."""
-        self.graph_inputs = {i.name for i in graph.input}
-        self.graph_outputs = {o.name for o in graph.output}
-        self.initializers: dict[str, TensorProto] = {t.name: t for t in graph.initializer}
-        for name, t in self.initializers.items():
-            value_types.setdefault(name, t.data_type)
-            value_shapes.setdefault(name, list(t.dims))
-        self.value_types, self.value_shapes = value_types, value_shapes
-        # Python lists of the nodes and of each node's op type, non-empty
-        # inputs and outputs, read once: a protobuf field access builds a
-        # wrapper each time (the matcher makes millions).
-        if table is not None and table.graph is graph and len(table.nodes) == len(graph.node):
-            self.nodes: list[NodeProto] = table.nodes
-            self.ops: list[str] = table.ops
-            self.domains: list[str] = table.domains
-            self.labels: list[str] | None = table.labels
-            raw_ins, outs, nested = table.ins, table.outs, table.with_subgraphs
-            self.attributed: set[int] | None = set(table.attributed)
-        else:
-            self.nodes = list(graph.node)
-            self.ops = [n.op_type for n in self.nodes]
-            self.domains = [n.domain for n in self.nodes]
-            self.labels = None
-            self.attributed = None
-            raw_ins = [n.input[:] for n in self.nodes]
-            outs = [n.output[:] for n in self.nodes]
-            nested = [i for i, n in enumerate(self.nodes) if n.attribute and any(True for _ in subgraphs(n))]
-        # inputs as stored ("" = an omitted optional input) and without the omitted ones
-        self.raw_ins: list[list[str]] = raw_ins
-        self.ins: list[list[str]] = [i if "" not in i else [x for x in i if x] for i in raw_ins]
-        self.outs: list[list[str]] = outs
-        self.producer: dict[str, int] = {name: i for i, o in enumerate(outs) for name in o if name}
-        self.nested: list[int] = nested  # nodes that hold subgraphs
-        consumers: dict[str, list[int]] = {}
-        for i, ins in enumerate(self.ins):
-            for name in ins:
-                lst = consumers.get(name)
-                if lst is None:
-                    consumers[name] = [i]
-                elif lst[-1] != i:
-                    lst.append(i)
-        # A node with subgraphs reads every outer name its bodies use.
-        for i in nested:
-            refs: set[str] = set()
-            for _, g in subgraphs(self.nodes[i]):
-                refs |= outer_references(g)
-            for name in refs:
-                lst = consumers.setdefault(name, [])
-                if i not in lst:
-                    lst.append(i)
-                    lst.sort()
-        self.consumers = consumers
-        self.arrays = None
-
     def _from_arrays(self, table, value_types, value_shapes) -> None:
-        """The same maps and lists as views over an onnxio.ArrayTable (the
-        native scanner's arrays): nothing is made per node until asked for.
-        Such a graph holds no subgraphs (the scanner's path declines them)."""
+        """The maps and lists as views over an onnxio.ArrayTable (the
+        native scanner's arrays): nothing is made per node until asked for."""
         from ...onnxio.arraytable import DeclaredOrInitializer, NameLists
 
         s = table.scan
@@ -153,7 +78,7 @@ class GraphIndex:
         self.ins = NameLists(s.node_in_off, s.in_ids, table.names, skip_empty=True)
         self.producer = table.producer_map()
         self.consumers = table.consumer_map()
-        self.nested = []
+        self.nested: list[int] = table.with_subgraphs  # nodes that hold subgraphs
         self.arrays = table
 
 
@@ -162,18 +87,14 @@ class GraphIndex:
         return self.nodes[i]
 
     def has_attributes(self, i: int) -> bool:
-        return i in self.attributed if self.attributed is not None else len(self.nodes[i].attribute) > 0
+        return i in self.attributed
 
     def label(self, i: int) -> str:
         """Node i's name, or "<op>#<i>" when it has none."""
-        if self.labels is None:
-            self.labels = [n.name for n in self.nodes]
         return self.labels[i] or f"{self.ops[i]}#{i}"
 
     def node_names(self) -> set[str]:
         if self._names is None:
-            if self.labels is None:
-                self.labels = [n.name for n in self.nodes]
             self._names = set(self.labels)
         return self._names
 
@@ -248,60 +169,20 @@ class GraphIndex:
         """Whether ``name`` can be a constant by structure alone: an
         initializer that is no graph input, a Constant node, or a foldable
         node whose inputs all may be (their values are not read)."""
-        if self.arrays is not None:
-            i = self.arrays.id_of(name)
-            return i >= 0 and bool(self.maybe_constant()[i])
-        memo = self._maybe_const
-        if name in memo:
-            return memo[name]
-        stack = [name]
-        while stack:
-            n = stack[-1]
-            if n in memo and memo[n] is not None:
-                stack.pop()
-                continue
-            i = self.producer.get(n)
-            if i is None:
-                if n in self.initializers or n in self.graph_inputs or self.parent is None:
-                    memo[n] = n in self.initializers and n not in self.graph_inputs
-                else:
-                    memo[n] = self.parent._may_be_constant(n)
-                stack.pop()
-                continue
-            op = self.ops[i]
-            if self.domains[i] not in ("", "ai.onnx") or (op != "Constant" and op not in _FOLD_THROUGH):
-                memo[n] = False
-            elif op == "Constant":
-                memo[n] = True
-            else:
-                # inputs in order, stopping at the first that cannot be constant
-                # (CastLike(c, like) reads only like's type)
-                ins = self.ins[i][:1] if op == "CastLike" else self.ins[i]
-                verdict: bool | None = bool(ins)
-                for x in ins:
-                    v = memo.get(x, ...)
-                    if v is ...:
-                        memo[n] = None  # in progress (a cycle reads as "not constant")
-                        stack.append(x)
-                        verdict = None
-                        break
-                    if not v:
-                        verdict = False
-                        break
-                if verdict is None:
-                    continue
-                memo[n] = verdict
-            stack.pop()
-        return bool(memo[name])
+        if self.parent is not None and not self.defines(name):
+            return self.parent._may_be_constant(name)  # an outer name
+        i = self.arrays.id_of(name)
+        return i >= 0 and bool(self.maybe_constant()[i])
 
     def maybe_constant(self):
-        """_may_be_constant of every string id of an array-backed main graph
-        (the same definition, over the scanner's arrays: a foldable node's
-        outputs may be constant once all its inputs may be; repeated until
-        nothing changes, as deep as the graph folds constants)."""
+        """_may_be_constant of every string id of the graph (the same
+        definition, over the scanner's arrays: a foldable node's outputs may
+        be constant once all its inputs may be; repeated until nothing
+        changes, as deep as the graph folds constants)."""
         if self._maybe_arr is not None:
             return self._maybe_arr
         import numpy as np
+        from ...onnxio.arraytable import unique
 
         t = self.arrays
         s, n = t.scan, t.n
@@ -312,6 +193,11 @@ class GraphIndex:
         gin = np.zeros(len(t.names), bool)
         gin[s.input_name] = True
         maybe = (t.init_of >= 0) & ~gin & (t.producer < 0)
+        if self.parent is not None:  # names a subgraph reads from outside: as its parent says
+            read = unique(s.in_ids)
+            outer = read[(t.producer[read] < 0) & (t.init_of[read] < 0) & ~gin[read] & (read != 0)]
+            for k, name in zip(outer.tolist(), t.names.take(outer)):
+                maybe[k] = self.parent._may_be_constant(name)
         writer = np.repeat(np.arange(n), t.out_count)
         written = s.out_ids != 0
         maybe[s.out_ids[written & const[writer]]] = True

@@ -2,7 +2,7 @@
 a GELU is) runs once per distinct neighbourhood, and its answer is carried
 to every other anchor that provably reads the same graph around it.
 
-For a main graph the native scanner read (an array-backed GraphIndex):
+For a main graph without subgraphs (bodies read names across scopes):
 
 1. anchors are grouped by the op types of the nodes around them;
 2. the group's first anchor is matched on a TraceIndex (fusion/replay/trace.py),
@@ -64,9 +64,9 @@ class Replayed:
 
 
 def replay_matches(idx) -> Replayed | None:
-    """find_matches(idx) for an array-backed main graph (the same matches and
-    near-misses); None when the graph is not one."""
-    if getattr(idx, "arrays", None) is None or idx.parent is not None:
+    """find_matches(idx) for a main graph without subgraphs (the same
+    matches and near-misses); None for any other graph."""
+    if idx.parent is not None or idx.nested:
         return None
     t = idx.arrays
     s = t.scan

@@ -175,8 +175,8 @@ class TraceIndex:
     def __init__(self, base, trace: Trace | None = None):
         from ..match.region import scalar_const
 
-        if base.parent is not None or base.arrays is None:
-            raise TraceEscape("only a main graph read by the scanner is traced")
+        if base.parent is not None or base.nested:
+            raise TraceEscape("only a main graph without subgraphs is traced")
         t = self.trace = trace if trace is not None else Trace()
         self._base = base
         self.parent, self.path, self.base_dir, self.nested = None, base.path, base.base_dir, []

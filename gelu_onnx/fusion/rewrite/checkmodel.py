@@ -33,8 +33,8 @@ into one node, Add(h, b) -> root (Add + Cast where the root's type
 differs): the Add's own inputs, so the same checks of h and b; x's type,
 the class's, is the bias's (the bias search requires it); and x's shape,
 broadcast with one-element constants of no higher rank than b, is the
-root's. A main graph the arrays do not cover (subgraphs, sparse
-initializers: fusion/plan.py) has no check model: the input is checked.
+root's. A main graph holding subgraphs has no check model (their bodies
+read outer names): the input is checked.
 """
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     if len(model.functions):
         return None  # their calls would lose their bodies here: check the input itself
     g = next(g for g in plan.graphs if g.index.parent is None)
-    if g.index.arrays is None:
-        return None
+    if g.index.nested:
+        return None  # subgraphs read outer names: check the input itself
     idx = g.index
     t = idx.arrays
     s = t.scan

@@ -141,54 +141,11 @@ def _node(op_type: str, inputs, outputs, name: str, domain: str | None = None, *
     return node
 
 
-def replace_regions(graph: GraphProto, plans: list[tuple[Match, list[NodeProto], bool]]) -> None:
-    """Remove each region (and its bias Add) and put the new nodes where the
-    root was; the graph stays topologically sorted because every input of
-    the new nodes (x, bias) was available before the region's first node."""
-    remove: set[int] = set()
-    insert: dict[int, list[NodeProto]] = {}
-    for m, new_nodes, use_bias in plans:
-        remove.update(m.nodes)
-        if use_bias and m.bias_node is not None:
-            remove.add(m.bias_node)
-        insert[max(m.nodes)] = new_nodes
-    n = len(graph.node)
-    edits = len(remove) + sum(len(v) for v in insert.values())
-    if edits * n <= _MEMMOVE_BUDGET or edits * n * _MEMMOVE_COST < (n - len(remove)) * _COPY_COST:
-        # few edits: in place, from the end so lower indices stay valid; each
-        # edit moves pointers, no node is copied
-        nodes = graph.node
-        for i in sorted(remove | insert.keys(), reverse=True):
-            if i in remove:
-                del nodes[i]
-            for k, new in enumerate(insert.get(i, ())):
-                nodes.insert(i + k, new)
-        return
-    kept: list[NodeProto] = []
-    start = 0
-    for i in sorted(remove | insert.keys()):  # the edits in order; between them, runs of kept nodes
-        # copy out before clearing: kept originals are children of graph.node
-        kept.extend(_detach(node) for node in graph.node[start:i])
-        kept.extend(insert.get(i, ()))
-        if i not in remove:
-            kept.append(_detach(graph.node[i]))
-        start = i + 1
-    kept.extend(_detach(node) for node in graph.node[start:])
-    del graph.node[:]
-    graph.node.extend(kept)
-
-
 # Rough costs (seconds) of one pointer move in a repeated field and of copying
 # one node out and back: pick in-place edits or a rebuild, whichever is cheaper.
 _MEMMOVE_COST = 1e-9
 _COPY_COST = 2e-6
 _MEMMOVE_BUDGET = 20_000_000
-
-
-def _detach(n: NodeProto) -> NodeProto:
-    c = NodeProto()
-    c.CopyFrom(n)
-    return c
 
 
 def remove_indices(rep, drop) -> None:

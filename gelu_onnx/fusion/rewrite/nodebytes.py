@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import AttributeProto, NodeProto
 
-from ...onnxio.protowire import LEN, Source, iter_fields, varint
+from ...onnxio.format import LEN, Source, iter_fields, varint
 
 MARK = "\x00"  # placeholders are "\x00KEY\x00" (no name the scanner maps holds a NUL)
 

@@ -71,10 +71,12 @@ class _ProbeIndex:
         raise TraceEscape(f"a template's emission reads the index's {attr}")
 
 
-def rewrite_graph(g, names, res, dead: set) -> None:
-    """Replace every selected region of ``g`` (a GraphPlan of an
-    array-backed main graph) and record the fusions in ``res`` in
-    candidate order; the constants the regions read go to ``dead``."""
+def rewrite_graph(g, names, res, dead: set, tidy: bool = True) -> None:
+    """Replace every selected region of ``g`` (a GraphPlan) and record the
+    fusions in ``res`` in candidate order; the constants the regions read
+    go to ``dead``. ``tidy``: also drop this graph's dead constants and
+    stale value_info (a model without subgraphs; with them, names cross
+    scopes and plan.rewrite drops them over every graph at the end)."""
     graph = g.index.graph
     before = len(graph.initializer)
     try:
@@ -87,7 +89,7 @@ def rewrite_graph(g, names, res, dead: set) -> None:
         g.selected.sort(key=lambda s: s.candidate.order)
         g.selected_sets = []
         edits, read, written = _emit_all(g, names, dead, checking=False)
-    _splice(g, edits, read, written, dead)
+    _splice(g, edits, read, written, dead if tidy else set(), tidy)
     _record(g, res)
 
 
@@ -243,9 +245,11 @@ def _rank1(shape) -> bool:
     return shape is not None and len(shape) <= 1
 
 
-def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set) -> None:
-    """The graph's node list from the kept node fields and the replacements;
-    then the dead constants and the value_info no node defines any more."""
+def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set, tidy: bool) -> None:
+    """The graph's node list from the kept node fields and the replacements
+    (a node holding subgraphs as it is now: its bodies may have been
+    rewritten, inner graphs first); then the dead constants and (``tidy``)
+    the value_info no node defines any more."""
     idx = g.index
     t = idx.arrays
     s = t.scan
@@ -262,20 +266,26 @@ def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set) ->
     # copied as one slice each; the replacements in between, by position
     kept = np.flatnonzero(keep)
     start, end = s.node_start, s.node_end
+    nested = set(t.with_subgraphs)  # each such node a run of its own, as it is now (its bodies may have changed)
     if len(kept):
-        brk = np.flatnonzero((np.diff(kept) != 1) | (start[kept[1:]] != end[kept[:-1]])) + 1
+        brk = (np.diff(kept) != 1) | (start[kept[1:]] != end[kept[:-1]])
+        if nested:
+            own = np.isin(kept, t.with_subgraphs)
+            brk |= own[1:] | own[:-1]
+        brk = np.flatnonzero(brk) + 1
         firsts, lasts = kept[np.r_[0, brk]], kept[np.r_[brk - 1, len(kept) - 1]]
     else:
         firsts = lasts = kept
     data = s.data
-    items = [(int(f), 1, data[start[f]:end[la]]) for f, la in zip(firsts.tolist(), lasts.tolist())]
+    items = [(f, 1, field(graph.node[f].SerializeToString()) if f in nested else data[start[f]:end[la]])
+             for f, la in zip(firsts.tolist(), lasts.tolist())]
     items += [(p, 0, body) for p, body in at.items()]
     items.sort(key=lambda it: (it[0], it[1]))
     chunks = [body for _, _, body in items]
     del graph.node[:]
     graph.MergeFromString(b"".join(chunks))
     remove_indices(graph.initializer, set(drop_init))
-    if len(s.vi_name):
+    if tidy and len(s.vi_name):
         defined = np.zeros(len(t.names), bool)
         defined[s.out_ids[np.repeat(keep, t.out_count)]] = True
         defined[written] = True
@@ -283,6 +293,9 @@ def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set) ->
         alive = np.ones(len(s.init_name), bool)
         alive[drop_init] = False
         defined[s.init_name[alive]] = True
+        if len(graph.sparse_initializer):
+            sparse = s.find_many([x.values.name for x in graph.sparse_initializer])
+            defined[sparse[sparse >= 0]] = True
         defined[0] = False
         remove_indices(graph.value_info, set(np.flatnonzero(~defined[s.vi_name]).tolist()))
 
