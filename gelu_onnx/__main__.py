@@ -20,6 +20,8 @@ def main() -> int:
         try:
             quick = any(a in ("-h", "--help", "--version") for a in sys.argv[1:])
             files_only = bool(sys.argv[1:]) and sys.argv[1] in _FILE_COMMANDS
+            if files_only:
+                _reuse_freed_memory()
             preload(_COMMAND_MODULES[:1] if quick else _COMMAND_MODULES[:2] if files_only else _COMMAND_MODULES)
             from .cli import main as cli_main
 
@@ -28,6 +30,26 @@ def main() -> int:
             signum = getattr(e, "signum", 2)
             print(f"gelu-onnx: terminated by signal {signum}", file=sys.stderr)
             return 128 + signum
+
+
+def _reuse_freed_memory() -> None:
+    """fuse / inspect hold a model's bytes several times, one after another
+    (the file, the parsed model, onnx.checker's copies, the serialized
+    output): glibc gives each such block its own mmap, zero-filled by the
+    kernel page by page and unmapped when freed, and the next one faults in
+    again (a third of a 60 MB model's system time). Its heap, never trimmed
+    and without mmaps, reuses freed blocks; the command ends soon after. The
+    library leaves a host process's malloc alone; elsewhere (musl, macOS) no
+    ``mallopt``, nothing changes. benchmarks/results/deep_exports.md."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    mallopt(m_mmap_max, 0)
+    mallopt(m_trim_threshold, 2**31 - 1)
 
 
 if __name__ == "__main__":

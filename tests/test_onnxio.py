@@ -307,6 +307,25 @@ def test_lower_ir_version():
         assert onnxio.lower_ir_version(f6) is None and f6.ir_version == 14
 
 
+def test_facts_from_the_scan_are_the_walks():
+    """serialized_facts reads the attributes holding tensors or types from
+    the scanner's spans, all at once: the same facts as model_facts' walk
+    (Constant tensors of a type that needs IR 9, typed data, a type attribute)."""
+    m = ffn_model(ir=14)
+    g = m.graph
+    f8 = helper.make_tensor("c8", TensorProto.FLOAT8E4M3FN, [2], [1.0, 2.0])
+    g.node.extend([helper.make_node("Constant", [], ["k8"], value=f8),
+                   helper.make_node("Constant", [], ["kf"], value=helper.make_tensor("cf", F, [3], [1.0, 2.0, 3.0])),
+                   helper.make_node("Constant", [], ["ki"], value_ints=[1, 2, 3])])
+    g.output.extend([helper.make_tensor_value_info("k8", TensorProto.FLOAT8E4M3FN, [2]),
+                     helper.make_tensor_value_info("kf", F, [3])])
+    payload, facts = onnxio.serialized_facts(m)
+    walked = onnxio.model_facts(m)
+    assert payload == m.SerializeToString()
+    assert (facts.embedded, facts.min_ir, facts.external) == (walked.embedded, walked.min_ir, walked.external)
+    assert facts.min_ir == 9 and facts.embedded == walked.embedded > 0
+
+
 # --- > 2 GB ---------------------------------------------------------------------
 
 

@@ -115,9 +115,10 @@ def serialized_facts(model: onnx.ModelProto) -> tuple[bytes | None, ModelFacts]:
 
 def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     """model_facts from a scan of the model's bytes: the same facts; the
-    main graph's nodes and initializers from the arrays, what they do not
-    cover (attribute tensors and types, functions, the graph's value infos)
-    as model_facts reads it. None for a model with subgraphs."""
+    main graph's nodes and initializers from the arrays, the attributes
+    holding tensors or types parsed from the bytes the arrays point at, what
+    they do not cover (functions, the graph's value infos) as model_facts
+    reads it. None for a model with subgraphs (or external attribute tensors)."""
     import numpy as np
 
     from .format import ELEM_BITS
@@ -130,10 +131,17 @@ def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     for vi in (*g.input, *g.output, *g.value_info):
         _type_min_ir(vi.type, need)
     tensors: list = []  # attribute tensors, function tensors, and initializers the arrays do not size
-    for i in np.flatnonzero(s.node_flags & (NF_TENSOR | NF_TYPEPROTO)).tolist():
-        n = g.node[i]
-        tensors += attr_tensors(n.attribute)
-        _attr_type_needs(n, need)
+    held = np.flatnonzero(s.attr_flags & (NF_TENSOR | NF_TYPEPROTO))
+    if len(held):
+        # every attribute holding a tensor or a type, parsed at once as one
+        # node's attributes (its field bytes as written), not node by node
+        # (a deep export has a Constant node in three)
+        holder = onnx.NodeProto.FromString(b"".join(
+            s.data[a:b] for a, b in zip(s.attr_start[held].tolist(), s.attr_end[held].tolist())))
+        tensors += attr_tensors(holder.attribute)
+        _attr_type_needs(holder, need)
+        if any(t.data_location == TensorProto.EXTERNAL for t in tensors):
+            return None  # the model's own tensors, not the holder's copies, for writing
     if (s.node_flags & NF_DEVICE).any():
         need.append(11)
     _function_needs(model, tensors, need)
