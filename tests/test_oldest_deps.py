@@ -1,7 +1,8 @@
 """The Python package on the OLDEST versions pyproject.toml declares (onnx,
 numpy, ml_dtypes, tqdm, onnxruntime), not only on what pip serves today: a
 virtualenv with exactly those (cached under ~/.cache, made once) runs this
-checkout's gelu_onnx (PYTHONPATH) with this build's custom-op library.
+checkout's gelu_onnx (PYTHONPATH) with this build's custom-op library and
+model scanner.
 
 For every target: `fuse` a bundled export, the output loads and passes
 `check` against the original in that onnxruntime - or, where that old
@@ -21,7 +22,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from gelu_onnx import ortlib
+from gelu_onnx import libs, ortlib
+from gelu_onnx.onnxio import wire
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "bert_torchscript_op17.onnx"
@@ -70,6 +72,9 @@ def _run(py, *args):
     lib = ortlib.library_path(required=False)
     if lib is not None:
         env[ortlib.ENV_VAR] = str(lib)
+    scanner = libs.find(wire.LIBRARY, wire.ENV_LIBRARY)  # the fuse pass needs it; a source checkout has none
+    if scanner is not None:
+        env[wire.ENV_LIBRARY] = str(scanner)
     return subprocess.run([str(py), "-m", "gelu_onnx", *map(str, args)], capture_output=True, text=True, env=env,
                           cwd=REPO, timeout=600)
 
