@@ -23,8 +23,8 @@ from .match.findings import Match, NearMiss
 from .index.graph import GraphIndex
 from .match.single_op import find_legacy, legacy_nodes
 from .match.matcher import find_matches
-from .replay.matches import MatchSet, RegionInputs
-from .replay.matches import replay_bias, replay_matches
+from .match.replay import MatchSet, RegionInputs
+from .match.replay import replay_bias, replay_matches
 from .report import FuseResult, record
 from .rewrite.setrewrite import rewrite_graph, set_records
 from .rewrite.emit import Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, wider
@@ -73,7 +73,7 @@ class Selected:
 
 @dataclass
 class SelectedSet:
-    """A MatchSet (fusion/replay/matches.py) the target rewrites, every member
+    """A MatchSet (fusion/match/replay.py) the target rewrites, every member
     alike: the decisions select took on its representative."""
 
     set: MatchSet
@@ -150,7 +150,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
                 visit(sub, _table(sub, subgraph_table, sub, may_sort), idx,
                       f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
         # a main graph without subgraphs: the matcher once per distinct
-        # neighbourhood, its answers carried to the rest (fusion/replay/matches.py)
+        # neighbourhood, its answers carried to the rest (fusion/match/replay.py)
         replayed = replay_matches(idx)
         sets: list[MatchSet] = []
         if replayed is None:
