@@ -19,13 +19,11 @@ from onnx import ModelProto, TensorProto
 
 from .match import single_op
 from .match.bias import InferredShapes, find_bias
-from .match.findings import Match, NearMiss
 from .index.graph import GraphIndex
 from .match.single_op import find_legacy, legacy_nodes
 from .match.matcher import find_matches
-from .match.replay import MatchSet, RegionInputs
-from .match.replay import replay_bias, replay_matches
-from .report import FuseResult, record
+from .match.replay import MatchSet, RegionInputs, replay_bias, replay_matches
+from .report import FuseResult, Match, NearMiss, record
 from .rewrite.setrewrite import rewrite_graph, set_records
 from .rewrite.emit import Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, wider
 from .targets import Target

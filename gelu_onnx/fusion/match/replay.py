@@ -37,7 +37,7 @@ import numpy as np
 from ..index.shapes import carry_shapes
 from ..ops import ANCHOR_OPS
 from .bias import find_bias
-from .findings import Match, NearMiss
+from ..report import Match, NearMiss
 from .matcher import match_anchor
 from .trace import Template, TraceEscape, TraceIndex
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..match.findings import Match
 from ..match.single_op import legacy_nodes
 from .nodebytes import MARK, field, fill, join, pieces, split, table_strings
 from ...onnxio.arraytable import unique
-from ..report import Fusion, record
+from ..report import Fusion, Match, record
 from .emit import emit_nodes, remove_indices
 from ..match.trace import TraceEscape
 from ... import contract as C
