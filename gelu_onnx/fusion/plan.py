@@ -28,8 +28,7 @@ from .rewrite.setrewrite import rewrite_graph, set_records
 from .rewrite.emit import Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, wider
 from .targets import Target
 from ..errors import InputError
-from ..onnxio.arraycheck import scanned_table, subgraph_table
-from ..onnxio.arraytable import outer_references
+from ..onnxio.arraytable import outer_references, scanned_table, subgraph_table
 from ..onnxio.walk import subgraphs
 
 
@@ -122,7 +121,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
     graph's onnxio.ArrayTable, if validation read it. Every graph is read
     by the native scanner: the main graph as its file's bytes or its own
     serialization, an If/Loop/Scan body as its own
-    (onnxio.arraycheck.scanned_table / subgraph_table). An in-memory graph
+    (onnxio.arraytable.scanned_table / subgraph_table). An in-memory graph
     whose nodes are out of topological order is sorted first (the checker
     refuses such a file; ONNX Runtime sorts it); with ``may_sort`` False
     (inspect: the caller's model) that happens on a copy."""

@@ -92,7 +92,7 @@ class Validator:
             self.fail("the graph has no outputs")
         try:
             if self.scan is not None:
-                from .arraycheck import array_pass
+                from .arraytable import array_pass
 
                 self.table = array_pass(self, g, self.scan)
             else:
