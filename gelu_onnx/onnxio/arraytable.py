@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .format import ELEM_BITS, KNOWN_TYPES
-from .onepass import Recheck, known_ops
+from .validate import Recheck, known_ops
 from .walk import attr_tensors
 from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR
 
