@@ -294,7 +294,7 @@ def test_bias_after_matmul_needs_no_shape_inference(monkeypatch):
 
 def _index(m):
     from gelu_onnx.fusion.index.graph import GraphIndex
-    from gelu_onnx.onnxio.arraycheck import scanned_table
+    from gelu_onnx.onnxio.arraytable import scanned_table
 
     return GraphIndex(m.graph, scanned_table(m))
 

@@ -1,4 +1,4 @@
-"""Template replay (fusion/replay/matches.py: the matcher run once per distinct
+"""Template replay (fusion/match/replay.py: the matcher run once per distinct
 neighbourhood, its answer carried to the other anchors) against the
 definition it stands for, the matcher run on every anchor on its own: the
 same fusions, near-misses, notes and GELUs already in the target's ops, and

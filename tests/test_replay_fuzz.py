@@ -1,4 +1,4 @@
-"""Fuzzing template replay (fusion/replay/matches.py, the matches carried in sets
+"""Fuzzing template replay (fusion/match/replay.py, the matches carried in sets
 through the byte rewrite and the check model) against the matcher run on
 every anchor on its own (the definition replay stands for): seeded random
 GELU chains and fans with members made different in ways the carry was not

@@ -19,19 +19,16 @@ from onnx import ModelProto, TensorProto
 
 from .match import single_op
 from .match.bias import InferredShapes, find_bias
-from .match.findings import Match, NearMiss
 from .index.graph import GraphIndex
 from .match.single_op import find_legacy, legacy_nodes
 from .match.matcher import find_matches
-from .replay.matches import MatchSet, RegionInputs
-from .replay.matches import replay_bias, replay_matches
-from .report import FuseResult, record
+from .match.replay import MatchSet, RegionInputs, replay_bias, replay_matches
+from .report import FuseResult, Match, NearMiss, record
 from .rewrite.setrewrite import rewrite_graph, set_records
 from .rewrite.emit import Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info, wider
 from .targets import Target
 from ..errors import InputError
-from ..onnxio.arraycheck import scanned_table, subgraph_table
-from ..onnxio.arraytable import outer_references
+from ..onnxio.arraytable import outer_references, scanned_table, subgraph_table
 from ..onnxio.walk import subgraphs
 
 
@@ -73,7 +70,7 @@ class Selected:
 
 @dataclass
 class SelectedSet:
-    """A MatchSet (fusion/replay/matches.py) the target rewrites, every member
+    """A MatchSet (fusion/match/replay.py) the target rewrites, every member
     alike: the decisions select took on its representative."""
 
     set: MatchSet
@@ -124,7 +121,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
     graph's onnxio.ArrayTable, if validation read it. Every graph is read
     by the native scanner: the main graph as its file's bytes or its own
     serialization, an If/Loop/Scan body as its own
-    (onnxio.arraycheck.scanned_table / subgraph_table). An in-memory graph
+    (onnxio.arraytable.scanned_table / subgraph_table). An in-memory graph
     whose nodes are out of topological order is sorted first (the checker
     refuses such a file; ONNX Runtime sorts it); with ``may_sort`` False
     (inspect: the caller's model) that happens on a copy."""
@@ -150,7 +147,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
                 visit(sub, _table(sub, subgraph_table, sub, may_sort), idx,
                       f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
         # a main graph without subgraphs: the matcher once per distinct
-        # neighbourhood, its answers carried to the rest (fusion/replay/matches.py)
+        # neighbourhood, its answers carried to the rest (fusion/match/replay.py)
         replayed = replay_matches(idx)
         sets: list[MatchSet] = []
         if replayed is None:

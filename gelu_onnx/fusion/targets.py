@@ -15,7 +15,7 @@ from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TensorPro
 
 from .. import contract as C
 from ..errors import InputError
-from .match.findings import Code
+from .report import Code
 from .rewrite.emit import Emission, add_functions, default_opset, ensure_opset
 
 TargetName = Literal["custom", "standard", "ort"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -15,8 +16,10 @@ from ..interrupts import fault
 from .fileops import path_arg
 from .format import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
-from .onepass import NodeTable
 from .validate import Validator, one_line, quote, validate_model, validate_model_table
+
+if TYPE_CHECKING:  # an annotation only: onepass is imported when it runs (validate)
+    from .onepass import NodeTable
 
 
 @dataclass(kw_only=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from .format import ONNX_DOMAINS
+from .validate import Recheck, Scope, known_ops, norm_domain
 from .walk import attr_tensors, subgraphs
 
 
@@ -28,49 +28,6 @@ class NodeTable:
     outs: list[list[str]]
     with_subgraphs: list[int]  # the nodes that hold If/Loop/Scan bodies
     attributed: list[int]      # the nodes with any attribute
-
-
-class Recheck(Exception):
-    """one_pass saw something: Validator.graph() looks again and words it."""
-
-
-class Scope:
-    """Names visible from a subgraph: its enclosing graphs' names, innermost first."""
-
-    def __init__(self, names, parent: "Scope | None"):
-        self.names, self.parent = names, parent
-
-    def __contains__(self, name) -> bool:
-        s = self
-        while s is not None:
-            if name in s.names:
-                return True
-            s = s.parent
-        return False
-
-
-def norm_domain(d) -> str:
-    return "" if d in ("", "ai.onnx") else d
-
-
-def known_ops(v, kinds) -> None:
-    """Every (op, domain) imported and, in an ONNX domain, known to onnx at
-    the imported opset (or a local function); else Recheck. The answers are
-    kept in ``v.schema_errors``."""
-    for op, dom in kinds:
-        d = norm_domain(dom)
-        if d not in v.opsets:
-            raise Recheck
-        if d in ONNX_DOMAINS and (d, op) not in v.local_functions:
-            key = (op, d, v.opsets[d])
-            if key not in v.schema_errors:
-                try:
-                    onnx.defs.get_schema(op, v.opsets[d], d)
-                except Exception:  # onnx's SchemaError
-                    raise Recheck from None
-                v.schema_errors[key] = None
-            elif v.schema_errors[key]:
-                raise Recheck
 
 
 def one_pass(v, g, outer: Scope | None) -> set:

@@ -25,7 +25,7 @@ class GraphIndex:
     def __init__(self, graph: GraphProto, table, parent: "GraphIndex | None" = None, path: str = "",
                  base_dir: str | None = None):
         """``table``: the graph's onnxio.ArrayTable (the native scanner's
-        arrays: onnxio.arraycheck.scanned_table / subgraph_table)."""
+        arrays: onnxio.arraytable.scanned_table / subgraph_table)."""
         self.graph = graph
         self.parent = parent
         self.path = path

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto, TensorProto, shape_inference
 
-from .findings import Match
+from ..report import Match
 from ..index.graph import GraphIndex
 from ..ops import is_default_domain
 

@@ -27,7 +27,7 @@ import numpy as np
 from ... import contract as C
 from . import numeric
 from .bias import find_initializer
-from .findings import Code, Match, NearMiss
+from ..report import Code, Match, NearMiss
 from ..index.constants import tensor_value
 from ..index.graph import GraphIndex
 from ..ops import ANCHOR_OPS, DEFAULT_DOMAINS, OPS

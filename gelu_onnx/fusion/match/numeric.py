@@ -11,7 +11,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ... import contract as C
-from .findings import Code
+from ..report import Code
 from ..index.graph import GraphIndex
 from ..ops import DEFAULT_DOMAINS, OPS, cast_to
 

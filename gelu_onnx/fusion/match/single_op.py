@@ -26,7 +26,7 @@ import numpy as np
 
 from ... import contract as C
 from ..index.graph import GraphIndex
-from .findings import Match, Code, NearMiss
+from ..report import Match, Code, NearMiss
 from ..index.constants import tensor_value
 from .bias import last_dim
 

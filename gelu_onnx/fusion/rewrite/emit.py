@@ -10,7 +10,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
 
 from ... import contract as C
 from ...onnxio.walk import walk_graphs
-from ..match.findings import Match
+from ..report import Match
 
 
 @dataclass

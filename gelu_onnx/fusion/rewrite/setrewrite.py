@@ -2,7 +2,7 @@
 the output's nodes are the input's node fields that stay, copied as bytes,
 with each fused region's replacement where its last node was; the graph's
 node list is then replaced in one parse. Matches carried in sets
-(fusion/replay/matches.py) get their replacement from one run of the ordinary
+(fusion/match/replay.py) get their replacement from one run of the ordinary
 emission (rewrite.emit_nodes) on the representative with placeholder
 names, filled in per member. Everything a rewrite decides is decided where
 it always is (plan.select, rewrite.emit_nodes, the targets); this module
@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..match.findings import Match
 from ..match.single_op import legacy_nodes
 from .nodebytes import MARK, field, fill, join, pieces, split, table_strings
 from ...onnxio.arraytable import unique
-from ..report import Fusion, record
+from ..report import Fusion, Match, record
 from .emit import emit_nodes, remove_indices
-from ..replay.trace import TraceEscape
+from ..match.trace import TraceEscape
 from ... import contract as C
 
 class NameClash(Exception):

@@ -5,7 +5,7 @@ to every other anchor that provably reads the same graph around it.
 For a main graph without subgraphs (bodies read names across scopes):
 
 1. anchors are grouped by the op types of the nodes around them;
-2. the group's first anchor is matched on a TraceIndex (fusion/replay/trace.py),
+2. the group's first anchor is matched on a TraceIndex (fusion/match/trace.py),
    which records every node the matcher read and every question it asked
    about a name, with the answer;
 3. every other anchor of the group is confirmed with array gathers: each
@@ -34,13 +34,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..match.bias import find_bias
 from ..index.shapes import carry_shapes
-from ..match.findings import Match, NearMiss
 from ..ops import ANCHOR_OPS
-from ..match.matcher import match_anchor
-from .template import Template
-from .trace import TraceEscape, TraceIndex
+from .bias import find_bias
+from ..report import Match, NearMiss
+from .matcher import match_anchor
+from .trace import Template, TraceEscape, TraceIndex
 
 
 # A group whose anchors keep failing confirmation falls back to matching each
