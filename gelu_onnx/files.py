@@ -395,8 +395,8 @@ def _one_line(s) -> str:
 # --- loading ------------------------------------------------------------------
 
 def _as_model(model, base_dir=None):
-    """(ModelProto, folder its external data lives in, the main graph's
-    onnxio.NodeTable or None). Paths are loaded and validated by
+    """(ModelProto, folder its external data lives in, the table validation
+    kept of the main graph, or None). Paths are loaded and validated by
     gelu_onnx.onnxio (no weight payload is read)."""
     if isinstance(model, ModelProto):
         return model, base_dir, None

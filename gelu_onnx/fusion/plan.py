@@ -20,7 +20,6 @@ from onnx import ModelProto, TensorProto
 from .match import single_op
 from .match.bias import InferredShapes, find_bias
 from .index.graph import GraphIndex
-from .match.single_op import find_legacy, legacy_nodes
 from .match.matcher import find_matches
 from .match.replay import MatchSet, RegionInputs, replay_bias, replay_matches
 from .report import FuseResult, Match, NearMiss, record
@@ -167,7 +166,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
         for m in matches + ones:
             if not m.bias_inside and id(m) not in searched:
                 find_bias(m)
-        legacy, legacy_misses = find_legacy(idx)
+        legacy, legacy_misses = single_op.find_legacy(idx)
         cands = ([Candidate(m, order=(0, m.anchor)) for m in matches]
                  + [Candidate(m, order=(1, k)) for k, m in enumerate(ones)]
                  + [Candidate(m, True, b, order=(2, k)) for k, (m, b) in enumerate(legacy)])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from .validate import Recheck, Scope, known_ops, norm_domain
+from .validate import Recheck, Scope, known_ops
 from .walk import attr_tensors, subgraphs
 
 

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
 
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, helper
+from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 
 from ... import contract as C
 from ...onnxio.walk import walk_graphs
