@@ -22,6 +22,9 @@ ratios (the figure that holds on a shared, drifting machine).
             on PYTHONPATH: an editable install's import hook would otherwise
             load this checkout's package)
 
+The package (and a --before checkout's) is byte-compiled first, as an
+installed wheel is (bench_fuse.byte_compile).
+
 Besides wall seconds each run's CPU seconds (user + system, from wait4) are
 kept: on a machine shared with other jobs the CPU ratio drifts less.
 """
@@ -36,7 +39,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_fuse import BARE, machine, measure, node_count, warm_cache  # noqa: E402
+from bench_fuse import BARE, REPO, byte_compile, machine, measure, node_count, warm_cache  # noqa: E402
 
 
 def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str | None = None,
@@ -162,6 +165,8 @@ def main(argv=None) -> int:
     doc = {"command": "python benchmarks/bench_chain.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": machine(), "notes": a.note, "results": []}
     before = dict(b.split("=", 1) for b in a.before)
+    for checkout in (REPO, *before.values()):
+        byte_compile(checkout)
     paths = [(str(n), os.path.join(a.models, f"synth-{n}.onnx")) for n in a.sizes.split(",") if n]
     paths += [(os.path.basename(f), f) for f in a.files.split(",") if f]
     for key, path in paths:

@@ -141,11 +141,11 @@ class IdMap(LookupMapping):
 
 class DeclaredOrInitializer(Mapping):
     """GraphIndex.value_types / value_shapes: what value_info, the graph's
-    inputs and outputs declare (``declared``), else the initializer's
-    element type (``dims=False``) or dims."""
+    inputs and outputs declare (``declared``, by name; ``by_id``, the same by
+    string id), else the initializer's element type (``dims=False``) or dims."""
 
-    def __init__(self, declared: dict, table: "ArrayTable", dims: bool):
-        self.declared, self._t, self._dims = declared, table, dims
+    def __init__(self, declared: dict, by_id: dict, table: "ArrayTable", dims: bool):
+        self.declared, self.by_id, self._t, self._dims = declared, by_id, table, dims
 
     def _init(self, name) -> int:
         i = self._t.id_of(name)

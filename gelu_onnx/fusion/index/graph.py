@@ -31,18 +31,25 @@ class GraphIndex:
         self.path = path
         # Folder external data resolves against (to read small external constants).
         self.base_dir = parent.base_dir if parent is not None else base_dir
+        assert table.graph is graph and table.n == len(graph.node)
+        # by name for lookups, by string id for the bulk passes (the scanner's
+        # ids of inputs, outputs and value_info, in the graph's order: a
+        # dynamo export declares every tensor, a find per name cost more than the fuse)
         declared_types: dict[str, int] = {}
         declared_shapes: dict[str, list] = {}
-        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
-            tt = vi.type.tensor_type
-            if vi.type.HasField("tensor_type") and tt.elem_type:
-                declared_types[vi.name] = tt.elem_type
-                if tt.HasField("shape"):
-                    declared_shapes[vi.name] = [
-                        d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
-                    ]
-        assert table.graph is graph and table.n == len(graph.node)
-        self._from_arrays(table, declared_types, declared_shapes)
+        type_ids: dict[int, int] = {}
+        shape_ids: dict[int, list] = {}
+        s = table.scan
+        for vis, ids in ((graph.input, s.input_name), (graph.output, s.output_name), (graph.value_info, s.vi_name)):
+            for vi, i in zip(vis, ids.tolist(), strict=True):
+                tt = vi.type.tensor_type
+                if vi.type.HasField("tensor_type") and tt.elem_type:
+                    declared_types[vi.name] = type_ids[i] = tt.elem_type
+                    if tt.HasField("shape"):
+                        declared_shapes[vi.name] = shape_ids[i] = [
+                            d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
+                        ]
+        self._from_arrays(table, (declared_types, type_ids), (declared_shapes, shape_ids))
         # The matcher's per-graph caches (fusion/match/region.py, fusion/match/numeric.py),
         # filled lazily: scalar constants by name, 1/0 = node may / may not be
         # inside a GELU region (-1 unknown), numeric checks by region key.
@@ -69,8 +76,8 @@ class GraphIndex:
         self.graph_inputs = set(table.names.take(s.input_name))
         self.graph_outputs = set(table.names.take(s.output_name))
         self.initializers = table.initializer_map()
-        self.value_types = DeclaredOrInitializer(value_types, table, dims=False)
-        self.value_shapes = DeclaredOrInitializer(value_shapes, table, dims=True)
+        self.value_types = DeclaredOrInitializer(*value_types, table, dims=False)
+        self.value_shapes = DeclaredOrInitializer(*value_shapes, table, dims=True)
         self.nodes = table.nodes
         self.ops, self.domains, self.labels = table.ops, table.domains, table.labels
         self.attributed = set(table.attributed)

@@ -191,10 +191,8 @@ def _given(idx, t, s, out: Shapes) -> np.ndarray:
         rows, inv = np.unique(dims, axis=0, return_inverse=True)
         sid = np.array([out.id(list(r[1:1 + r[0]])) for r in rows.tolist()], np.int64)
         given[s.init_name] = sid[inv.reshape(-1)]
-    for name, shape in idx.value_shapes.declared.items():
-        i = t.id_of(name)
-        if i >= 0:
-            given[i] = out.id(shape)
+    for i, shape in idx.value_shapes.by_id.items():
+        given[i] = out.id(shape)
     return given
 
 

@@ -429,10 +429,8 @@ def _facts(base) -> dict:
     vtype = np.full(nstr, -1, np.int64)
     has = t.init_of >= 0
     vtype[has] = s.init_dtype[t.init_of[has]]
-    for name, et in base.value_types.declared.items():
-        i = t.id_of(name)
-        if i >= 0:
-            vtype[i] = et
+    declared = base.value_types.by_id
+    vtype[np.fromiter(declared, np.int64, len(declared))] = np.fromiter(declared.values(), np.int64, len(declared))
     sizes = np.ones(len(s.init_name), np.float64)
     if len(s.init_dims):
         np.multiply.at(sizes, np.repeat(np.arange(len(s.init_name)), np.diff(s.init_dims_off)),

@@ -63,10 +63,7 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     t = idx.arrays
     s = t.scan
     declared = np.zeros(len(t.names), bool)
-    for name in idx.value_types.declared:
-        i = t.id_of(name)
-        if i >= 0:
-            declared[i] = True
+    declared[np.fromiter(idx.value_types.by_id, np.int64, len(idx.value_types.by_id))] = True
     # the regions: single matches one by one, a set's members as one block
     # (one class key for all); each class's first region (in candidate
     # order) is kept whole, the later ones stood in for

@@ -296,7 +296,15 @@ def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set, ti
             sparse = s.find_many([x.values.name for x in graph.sparse_initializer])
             defined[sparse[sparse >= 0]] = True
         defined[0] = False
-        remove_indices(graph.value_info, set(np.flatnonzero(~defined[s.vi_name]).tolist()))
+        kept = np.flatnonzero(defined[s.vi_name])
+        assert len(graph.value_info) == len(s.vi_name)  # as scanned: nothing before this edits them
+        if len(kept) < len(s.vi_name):
+            # the kept declarations' fields as written (a dynamo export
+            # declares every tensor: thousands of messages not copied one by one)
+            data = s.data
+            del graph.value_info[:]
+            graph.MergeFromString(b"".join(data[a:b] for a, b in zip(s.vi_start[kept].tolist(),
+                                                                        s.vi_end[kept].tolist())))
 
 
 def _dead(t, keep: np.ndarray, emitted_ins: np.ndarray, dead: set) -> tuple[list[int], list[int]]:
