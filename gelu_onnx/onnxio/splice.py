@@ -240,7 +240,10 @@ def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stri
     replaced by an external-data reference into the file itself.
     Unsupported once the skeleton would be over half the file: mostly nodes
     and small tensors (a deep export at a small hidden size), which the plain
-    path reads faster (benchmarks/results/deep_exports.md)."""
+    path reads faster (benchmarks/results/deep_exports.md). A walk in Python,
+    not the native scanner: that needs the file in memory (read whole, or
+    mapped: SIGBUS if another process truncates it), and a declined file's
+    walk costs about what one scan does (docs/design.md, the file pipeline)."""
     size = src.size
     top = list(iter_fields(src, 0, size))
     graphs = [f for f in top if f[0] == _GRAPH]
