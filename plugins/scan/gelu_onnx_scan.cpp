@@ -8,6 +8,7 @@
 // wire type, groups) makes the result GOS_UNSUPPORTED.
 #include "gelu_onnx_scan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -321,7 +322,9 @@ class Scanner {
     // Room for what a file of this size typically holds; reserved, not
     // touched (the vectors still grow if a file holds more).
     size_t nodes = size / 16 + 16;
-    s_.start(size / 24 + 16, base);
+    // the string table starts small and doubles: sized from the file, a
+    // weight-heavy one would zero-fill (and miss in) a table of bytes it never uses
+    s_.start(std::min(size / 24 + 16, size_t(1) << 15), base);
     for (auto* v : {&r_.node_op, &r_.node_dom, &r_.node_name, &r_.node_flags, &r_.node_in_off, &r_.node_out_off,
                     &r_.node_attr_off, &r_.node_start, &r_.node_end, &r_.out_ids})
       v->reserve(nodes);
