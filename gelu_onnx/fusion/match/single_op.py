@@ -27,7 +27,7 @@ import numpy as np
 from ... import contract as C
 from ..index.graph import GraphIndex
 from ..report import Match, Code, NearMiss
-from ..index.constants import tensor_value
+from ..index.graph import tensor_value
 from .bias import last_dim
 
 
