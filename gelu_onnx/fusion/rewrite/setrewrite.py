@@ -19,10 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..match.single_op import legacy_nodes
-from .nodebytes import MARK, field, fill, join, pieces, split, table_strings
+from .emit import MARK, emit_nodes, field, fill, join, pieces, remove_indices, split, table_strings
 from ...onnxio.arraytable import unique
 from ..report import Fusion, Match, record
-from .emit import emit_nodes, remove_indices
 from ..match.trace import TraceEscape
 from ... import contract as C
 
