@@ -28,8 +28,7 @@ from ... import contract as C
 from . import numeric
 from .bias import find_initializer
 from ..report import Code, Match, NearMiss
-from ..index.graph import tensor_value
-from ..index.graph import GraphIndex
+from ..index.graph import GraphIndex, tensor_value
 from ..ops import ANCHOR_OPS, DEFAULT_DOMAINS, OPS
 from .numeric import (PROBE, checked_region, classify, evaluate, intermediate_violation, region_key, region_precision,
                       region_types)

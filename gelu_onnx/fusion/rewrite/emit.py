@@ -21,7 +21,7 @@ from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 
 from ... import contract as C
 from ...onnxio.format import LEN, Source, iter_fields, varint
-from ...onnxio.walk import walk_graphs
+from ...onnxio.walk import subgraphs, walk_graphs
 from ..report import Match
 
 
@@ -261,6 +261,31 @@ def add_functions(model: ModelProto, funcs) -> None:
             model.functions.append(f)
     if model.ir_version < C.MIN_IR_FOR_FUNCTIONS:
         model.ir_version = C.MIN_IR_FOR_FUNCTIONS
+
+
+
+def drop_unused_functions(model) -> None:
+    """Our model-local functions that no node calls any more (the model was
+    moved from the custom target to another) are removed."""
+    if not any(f.domain == C.DOMAIN for f in model.functions):
+        return  # none of ours to drop: no walk over the model
+    used: set[str] = set()
+
+    def scan(nodes):
+        for n in nodes:
+            if n.domain == C.DOMAIN:
+                used.add(n.op_type)
+            for _, g in subgraphs(n):
+                scan(g.node)
+
+    scan(model.graph.node)
+    for f in model.functions:
+        if f.domain != C.DOMAIN:
+            scan(f.node)
+    keep = [f for f in model.functions if f.domain != C.DOMAIN or f.name in used]
+    if len(keep) != len(model.functions):
+        del model.functions[:]
+        model.functions.extend(keep)
 
 
 # --- a set of matches: nodes from one template, as bytes ---
