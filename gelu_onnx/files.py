@@ -24,7 +24,6 @@ from pathlib import Path
 from onnx import ModelProto
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
-from .fusion.rewrite import checkmodel
 from .fusion import targets
 from .fusion import plan as fusion
 from .fusion.report import Fusion, FuseResult
@@ -447,7 +446,10 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         unchanged = False
 
     def keep_check_model(p):
-        res.input_check = checkmodel.check_model(m, p)
+        if fusion.standins_may_pay(p):  # else no check model: fusion/rewrite/checkmodel is imported only then
+            from .fusion.rewrite import checkmodel
+
+            res.input_check = checkmodel.check_model(m, p)
 
     fusion.rewrite(m, plans, t, res, keep_check_model if input_check and unchanged else None)
     if fplan is not None:

@@ -243,6 +243,22 @@ def _sort(graph) -> bool:
     return True
 
 
+# A check model's stand-ins save nodes only where many regions repeat: below
+# this share of the main graph's nodes the input itself is checked
+# (fusion/rewrite/checkmodel.py: no bytes assembled).
+MIN_SAVED_SHARE = 0.25
+
+
+def standins_may_pay(plan: Plan) -> bool:
+    """Whether the main graph's selected regions, with a set member's bias
+    Add, hold MIN_SAVED_SHARE of its nodes: the most a check model can leave
+    out (below it, check_model returns None)."""
+    g = next(g for g in plan.graphs if g.index.parent is None)
+    most = sum(len(s.match.nodes) for s in g.selected)
+    most += sum(len(ss.set) * (len(ss.match.nodes) + 1) for ss in g.selected_sets)
+    return most >= MIN_SAVED_SHARE * g.index.arrays.n
+
+
 def expressible(plan: Plan, target: Target) -> bool:
     """Whether the target can express any GELU found (before its opset is raised)."""
     found = [c.match for g in plan.graphs for c in g.candidates] + [ms.match for g in plan.graphs for ms in g.sets]

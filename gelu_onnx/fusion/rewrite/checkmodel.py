@@ -43,11 +43,7 @@ from onnx import ModelProto, helper
 
 from .emit import MARK, field, fill, join, node_bytes, pieces, table_strings
 from ..match.numeric import region_key, region_types
-
-
-# A stand-in saves nodes only where many regions repeat: below this share of
-# the graph's nodes the input itself is checked (no bytes assembled).
-MIN_SAVED_SHARE = 0.25
+from ..plan import MIN_SAVED_SHARE
 
 
 def check_model(model: ModelProto, plan) -> bytes | None:
