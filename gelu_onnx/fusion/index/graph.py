@@ -1,8 +1,9 @@
 """A small index over one ONNX GraphProto: who produces and who reads each
 tensor, which tensors are constants, and what a subgraph reads from outside;
 and constants as the matcher reads them: a tensor's value (small ones only;
-external data only for scalars), a Constant node's value, and tiny
-all-constant elementwise nodes folded in their own dtype.
+external data only for scalars), a Constant node's value, tiny
+all-constant elementwise nodes folded in their own dtype, and which
+constants a GELU spelling may hold (scalar_const).
 
 We work on the ModelProto directly rather than through onnx-graphsurgeon:
 graphsurgeon's import+export of BERT-large alone costs ~5 s, more than the
@@ -11,12 +12,13 @@ The index is built once per graph in O(nodes) and never copies tensors.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
 
-from ..ops import ELEMENTWISE, FOLDABLE, OPS, cast_to
+from ..ops import BINARY_OPS, DEFAULT_DOMAINS, ELEMENTWISE, FOLDABLE, OPS, cast_to
 from .shapes import elementwise_shape
 
 
@@ -89,6 +91,46 @@ def fold(node: NodeProto, vals: list[np.ndarray]) -> np.ndarray | None:
         return None
 
 
+def is_scalar(value: np.ndarray) -> bool:
+    return value.size == 1 and value.ndim <= 1
+
+
+def scalar_const(idx: GraphIndex, name: str):
+    """A constant a GELU spelling may contain: rank 0 or shape [1], or a
+    [1, ..., 1] one that cannot widen what it is combined with (_rank_neutral).
+    Any other constant (a bias vector, a weight) is just a tensor to the
+    matcher: it can be the x of a GELU, never one of its constants."""
+    memo = idx.scalar_consts
+    if name in memo:
+        return memo[name]
+    t = idx.initializers.get(name)
+    if t is not None and math.prod(t.dims) != 1:
+        memo[name] = None  # more than one element: decided from the dims, the values unread
+        return None
+    c = idx.constant(name)
+    if c is not None and not is_scalar(c.value) and not (c.value.size == 1 and _rank_neutral(idx, name, c.value.ndim)):
+        c = None
+    memo[name] = c
+    return c
+
+
+def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
+    """Every reader of a one-element constant is a binary elementwise node
+    whose other operand already has at least its rank, so the constant acts
+    as a scalar there (tf2onnx folds Keras' scalars into [1, 1, 1, 1] on NHWC
+    tensors). Ranks unknown: not a scalar (a [1, 1] could widen a vector)."""
+    readers = idx.consumers.get(name, [])
+    for i in readers:
+        ins = idx.raw_ins[i]
+        if idx.ops[i] not in BINARY_OPS or idx.domains[i] not in DEFAULT_DOMAINS or len(ins) != 2:
+            return False
+        other = ins[1] if ins[0] == name else ins[0]
+        shape = idx.shape(other) if other != name else None
+        if shape is None or len(shape) < rank:
+            return False
+    return bool(readers)
+
+
 class GraphIndex:
     """Producer/consumer maps and constant resolution for one graph.
 
@@ -117,7 +159,7 @@ class GraphIndex:
                     ]
         assert table.graph is graph and table.n == len(graph.node)
         self._from_arrays(table, declared_types, declared_shapes)
-        # The matcher's per-graph caches (fusion/match/region.py, fusion/match/numeric.py),
+        # The matcher's per-graph caches (fusion/match/matcher.py, fusion/match/numeric.py),
         # filled lazily: scalar constants by name, 1/0 = node may / may not be
         # inside a GELU region (-1 unknown), numeric checks by region key.
         self.scalar_consts: dict[str, ConstInfo | None] = {}
