@@ -433,9 +433,8 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         table = None  # it lists src's nodes, not the copy's
     res = FuseResult(m, t.name)
     fplan = None
-    if m.functions:  # the same as src's
-        if functions.holds_gelu(m):
-            table = None  # the main graph may change (inlined calls, a raised opset)
+    if m.functions:  # the same as src's; with a GELU in them the main graph may change (inlined calls, a raised opset)
+        table = None if functions.holds_gelu(m) else table
         m, fplan = functions.fuse_functions(m, t, res, fuse_with_report)
         res.model = m
     unchanged = table is not None  # the main graph is still the input's

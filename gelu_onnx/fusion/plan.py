@@ -243,9 +243,8 @@ def _sort(graph) -> bool:
     return True
 
 
-# A check model's stand-ins save nodes only where many regions repeat: below
-# this share of the main graph's nodes the input itself is checked
-# (fusion/rewrite/checkmodel.py: no bytes assembled).
+# below this share of the main graph's nodes left out by stand-ins, the input
+# itself is checked, not a check model (fusion/rewrite/checkmodel.py)
 MIN_SAVED_SHARE = 0.25
 
 

@@ -9,12 +9,9 @@ that every path from the root back to a non-constant source goes through
 arranged Mul/Add operands, where the 0.5 sits, or whether x^3 is Pow or
 x*x*x.
 
-*Check.* The candidate region is evaluated in float64 on a probe grid, with
-its constants exactly as stored (so an fp16 sqrt(2) is 1.4140625), and
-compared with the GELU family its transcendental implies, with a per-dtype
-tolerance (contract.MATCH_TOLERANCE). Structure then decides the never-fuse
-rules: no intermediate may be read outside the region or be a graph output,
-no "constant" may be overridable at run time.
+*Check.* The region's value in float64, constants as stored (numeric.py).
+Structure then decides the never-fuse rules: no intermediate may be read outside
+the region or be a graph output, no "constant" may be overridable at run time.
 """
 from __future__ import annotations
 
