@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from .files import require_file
-from .cliutil import dims, emit_json, fmt, plural, table, tolerances
+from .cli import dims, emit_json, plural, table
 from .errors import InputError
 
 
@@ -121,3 +121,20 @@ def _print_fusions(fusions, first) -> None:
     if first:
         f = next(x for x in fusions if x["tensor"] == first)
         print(f"first failing GELU: {first} ({f['summary']})")
+
+
+def tolerances(args) -> dict:
+    from .contract import PARITY_TOLERANCE
+
+    out: dict = {}
+    for key, given in (("rtol", args.rtol), ("atol", args.atol)):
+        for dtype, v in given or []:
+            for dt in [dtype] if dtype else PARITY_TOLERANCE:
+                out.setdefault(dt, {})[key] = v
+    return out
+
+
+def fmt(x, spec=".3g") -> str:
+    if x is None:
+        return "-"
+    return format(x, spec) if isinstance(x, float) else str(x)

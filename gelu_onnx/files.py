@@ -24,8 +24,7 @@ from pathlib import Path
 from onnx import ModelProto
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
-from .fusion.rewrite import checkmodel
-from .fusion import functions, targets
+from .fusion import targets
 from .fusion import plan as fusion
 from .fusion.report import Fusion, FuseResult
 from .fusion.targets import DEFAULT as DEFAULT_TARGET, Target, TargetName
@@ -422,7 +421,10 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
     """
     t = targets.get(target)
     src, base_dir, table = _as_model(model, base_dir)
-    functions.refuse_foreign_functions(src)
+    if src.functions:  # fusion/functions is imported only for a model with model-local functions
+        from .fusion import functions
+
+        functions.refuse_foreign_functions(src)
     if inplace:
         m = src
     else:
@@ -430,10 +432,11 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         m.CopyFrom(src)
         table = None  # it lists src's nodes, not the copy's
     res = FuseResult(m, t.name)
-    if functions.holds_gelu(m):
-        table = None  # the main graph may change (inlined calls, a raised opset)
-    m, fplan = functions.fuse_functions(m, t, res, fuse_with_report)
-    res.model = m
+    fplan = None
+    if m.functions:  # the same as src's; with a GELU in them the main graph may change (inlined calls, a raised opset)
+        table = None if functions.holds_gelu(m) else table
+        m, fplan = functions.fuse_functions(m, t, res, fuse_with_report)
+        res.model = m
     unchanged = table is not None  # the main graph is still the input's
     plans = fusion.plan(m, base_dir, table)
     if t.needs_upgrade(m) and fusion.expressible(plans, t):
@@ -442,10 +445,14 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         unchanged = False
 
     def keep_check_model(p):
-        res.input_check = checkmodel.check_model(m, p)
+        if fusion.standins_may_pay(p):  # else no check model: fusion/rewrite/checkmodel is imported only then
+            from .fusion.rewrite import checkmodel
+
+            res.input_check = checkmodel.check_model(m, p)
 
     fusion.rewrite(m, plans, t, res, keep_check_model if input_check and unchanged else None)
-    functions.label_inlined(res, fplan)
+    if fplan is not None:
+        functions.label_inlined(res, fplan)
     return res
 
 
@@ -459,12 +466,15 @@ def inspect(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, 
     """Every GELU that ``fuse`` would fuse, and every near-miss; changes nothing."""
     t = targets.get(target)
     m, base_dir, table = _as_model(model, base_dir)
-    functions.refuse_foreign_functions(m)
-    if functions.holds_gelu(m):
-        # what fuse would do there (in bodies or inlined) is found by doing it on a copy
-        done = fuse_with_report(m, t, base_dir=base_dir)
-        return FuseResult(m, t.name, fusions=done.fusions, near_misses=done.near_misses, notes=done.notes,
-                          already=done.already)
+    if m.functions:  # fusion/functions is imported only for a model with model-local functions
+        from .fusion import functions
+
+        functions.refuse_foreign_functions(m)
+        if functions.holds_gelu(m):
+            # what fuse would do there (in bodies or inlined) is found by doing it on a copy
+            done = fuse_with_report(m, t, base_dir=base_dir)
+            return FuseResult(m, t.name, fusions=done.fusions, near_misses=done.near_misses, notes=done.notes,
+                              already=done.already)
     res = FuseResult(m, t.name)
     fusion.report(fusion.plan(m, base_dir, table, may_sort=False), t, res)
     return res

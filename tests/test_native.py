@@ -377,3 +377,11 @@ def test_each_valid_contrib_arity_is_fused(op, n_in, attrs):
     res = gelu_onnx.fuse_with_report(m, "custom")
     assert len(res.fusions) == 1 and not res.near_misses
     assert not _ort_refuses(res.model)
+
+
+def test_every_single_op_name_holds_gelu():
+    """fusion/plan.py imports match/single_op only for a graph with an op
+    type holding "Gelu": a spelling without it would never be looked for."""
+    from gelu_onnx.fusion.match import single_op
+
+    assert all("Gelu" in op for op in (*single_op._SINGLE_OP_NAMES, single_op.OP_TYPE))

@@ -1,6 +1,6 @@
 """The matcher's op vocabulary, one row per op (OPS), read by every stage:
-region (arity), numeric (float64 value, the anchors' GELU family, types),
-constants (folding in the constants' own dtype); graph, shapes, carry and
+matcher (arity), numeric (float64 value, the anchors' GELU family, types),
+index.graph (folding constants in their own dtype); graph, shapes, carry and
 replay read the sets derived below. Each op is elementwise on one
 non-constant operand plus scalar constants. Adding one: docs/design.md."""
 from __future__ import annotations

@@ -2,7 +2,7 @@
 external-data keys: one source for every constant the I/O modules share),
 and the protobuf wire format, read and written by hand where parsing a whole
 message would cost too much (onnxio/splice.py's skeleton of a big file,
-fusion/rewrite/nodebytes.py) or where only the field headers matter
+fusion/rewrite/emit.py) or where only the field headers matter
 (is_model_file: a previous output or a user's other file?). Wire reads never
 leave the range they are given."""
 from __future__ import annotations

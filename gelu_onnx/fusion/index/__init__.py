@@ -1,2 +1,2 @@
-"""Reading one graph: who writes and reads each tensor, constants and their folding, shapes
-(graph.GraphIndex over the native scanner's arrays)."""
+"""Reading one graph: who writes and reads each tensor, constants and their folding
+(graph: GraphIndex over the native scanner's arrays), shapes (shapes)."""

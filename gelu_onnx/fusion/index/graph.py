@@ -1,5 +1,9 @@
 """A small index over one ONNX GraphProto: who produces and who reads each
-tensor, which tensors are constants, and what a subgraph reads from outside.
+tensor, which tensors are constants, and what a subgraph reads from outside;
+and constants as the matcher reads them: a tensor's value (small ones only;
+external data only for scalars), a Constant node's value, tiny
+all-constant elementwise nodes folded in their own dtype, and which
+constants a GELU spelling may hold (scalar_const).
 
 We work on the ModelProto directly rather than through onnx-graphsurgeon:
 graphsurgeon's import+export of BERT-large alone costs ~5 s, more than the
@@ -8,11 +12,123 @@ The index is built once per graph in O(nodes) and never copies tensors.
 """
 from __future__ import annotations
 
-from onnx import GraphProto, NodeProto, TensorProto
+import math
+from dataclasses import dataclass
 
-from .constants import ConstInfo, constant_node_value, elem_type_of, fold, tensor_value
-from ..ops import ELEMENTWISE, FOLDABLE
+import numpy as np
+from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
+
+from ..ops import BINARY_OPS, DEFAULT_DOMAINS, ELEMENTWISE, FOLDABLE, OPS, cast_to
 from .shapes import elementwise_shape
+
+
+@dataclass
+class ConstInfo:
+    """A resolved constant: its value (as stored, original dtype) and origin."""
+
+    value: np.ndarray
+    elem_type: int
+    # The node (index in this graph) that produces it, if it is a Constant or a
+    # folded node; None for initializers.
+    producer: int | None = None
+
+
+def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | None:
+    """numpy value of a small tensor; None for big ones. An external tensor is
+    read only when it is a scalar (a GELU constant) and we know its folder:
+    weight payloads are never read."""
+    n = 1
+    for d in t.dims:
+        n *= d
+    if n > 4096:
+        return None
+    try:
+        if t.data_location == TensorProto.EXTERNAL:
+            if n != 1 or base_dir is None:
+                return None
+            from ...onnxio import tensor_array
+
+            return tensor_array(t, base_dir)
+        return numpy_helper.to_array(t)
+    except Exception:  # malformed or unsafe tensors are simply not constants to us
+        return None
+
+
+def constant_node_value(node: NodeProto, i: int) -> ConstInfo | None:
+    # ONNX requires exactly one attribute on a Constant; which one a runtime
+    # reads from an invalid node with several (or a repeated one) is its own
+    # business, so such a node is never a constant to us (nothing is fused).
+    if len(node.attribute) != 1:
+        return None
+    for attr in node.attribute:
+        if attr.name == "value" and attr.type == AttributeProto.TENSOR:
+            v = tensor_value(attr.t)
+            return None if v is None else ConstInfo(v, attr.t.data_type, producer=i)
+        if attr.name == "value_float":
+            return ConstInfo(np.array(attr.f, dtype=np.float32), TensorProto.FLOAT, producer=i)
+        if attr.name == "value_floats":
+            return ConstInfo(np.array(attr.floats, dtype=np.float32), TensorProto.FLOAT, producer=i)
+        if attr.name == "value_int":
+            return ConstInfo(np.array(attr.i, dtype=np.int64), TensorProto.INT64, producer=i)
+        if attr.name == "value_ints":
+            return ConstInfo(np.array(attr.ints, dtype=np.int64), TensorProto.INT64, producer=i)
+    return None
+
+
+def elem_type_of(value: np.ndarray, fallback: int, node: NodeProto) -> int:
+    return cast_to(node) or fallback if node.op_type == "Cast" else fallback
+
+
+def fold(node: NodeProto, vals: list[np.ndarray]) -> np.ndarray | None:
+    """Evaluate a tiny all-constant elementwise node in its own dtype (ops.OPS' fold)."""
+    op = OPS.get(node.op_type)
+    if op is None or op.fold is None or (op.arity == 2 and len(vals) != 2):
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            return op.fold(node, *vals[:op.arity])
+    except Exception:
+        return None
+
+
+def is_scalar(value: np.ndarray) -> bool:
+    return value.size == 1 and value.ndim <= 1
+
+
+def scalar_const(idx: GraphIndex, name: str):
+    """A constant a GELU spelling may contain: rank 0 or shape [1], or a
+    [1, ..., 1] one that cannot widen what it is combined with (_rank_neutral).
+    Any other constant (a bias vector, a weight) is just a tensor to the
+    matcher: it can be the x of a GELU, never one of its constants."""
+    memo = idx.scalar_consts
+    if name in memo:
+        return memo[name]
+    t = idx.initializers.get(name)
+    if t is not None and math.prod(t.dims) != 1:
+        memo[name] = None  # more than one element: decided from the dims, the values unread
+        return None
+    c = idx.constant(name)
+    if c is not None and not is_scalar(c.value) and not (c.value.size == 1 and _rank_neutral(idx, name, c.value.ndim)):
+        c = None
+    memo[name] = c
+    return c
+
+
+def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
+    """Every reader of a one-element constant is a binary elementwise node
+    whose other operand already has at least its rank, so the constant acts
+    as a scalar there (tf2onnx folds Keras' scalars into [1, 1, 1, 1] on NHWC
+    tensors). Ranks unknown: not a scalar (a [1, 1] could widen a vector)."""
+    readers = idx.consumers.get(name, [])
+    for i in readers:
+        ins = idx.raw_ins[i]
+        if idx.ops[i] not in BINARY_OPS or idx.domains[i] not in DEFAULT_DOMAINS or len(ins) != 2:
+            return False
+        other = ins[1] if ins[0] == name else ins[0]
+        shape = idx.shape(other) if other != name else None
+        if shape is None or len(shape) < rank:
+            return False
+    return bool(readers)
 
 
 class GraphIndex:
@@ -50,7 +166,7 @@ class GraphIndex:
                             d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
                         ]
         self._from_arrays(table, (declared_types, type_ids), (declared_shapes, shape_ids))
-        # The matcher's per-graph caches (fusion/match/region.py, fusion/match/numeric.py),
+        # The matcher's per-graph caches (fusion/match/matcher.py, fusion/match/numeric.py),
         # filled lazily: scalar constants by name, 1/0 = node may / may not be
         # inside a GELU region (-1 unknown), numeric checks by region key.
         self.scalar_consts: dict[str, ConstInfo | None] = {}

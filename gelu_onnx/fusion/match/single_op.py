@@ -25,9 +25,8 @@ from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 import numpy as np
 
 from ... import contract as C
-from ..index.graph import GraphIndex
+from ..index.graph import GraphIndex, tensor_value
 from ..report import Match, Code, NearMiss
-from ..index.constants import tensor_value
 from .bias import last_dim
 
 
@@ -207,32 +206,6 @@ def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodePro
     if not m.bias_inside or use_bias:
         return emit_nodes(m, em, compute_type, use_bias, names)
     return emit_after_add(m, m.bias, em, compute_type, names)
-
-
-def drop_unused_functions(model) -> None:
-    """Our model-local functions that no node calls any more (the model was
-    moved from the custom target to another) are removed."""
-    from ...onnxio.walk import subgraphs
-
-    if not any(f.domain == C.DOMAIN for f in model.functions):
-        return  # none of ours to drop: no walk over the model
-    used: set[str] = set()
-
-    def scan(nodes):
-        for n in nodes:
-            if n.domain == C.DOMAIN:
-                used.add(n.op_type)
-            for _, g in subgraphs(n):
-                scan(g.node)
-
-    scan(model.graph.node)
-    for f in model.functions:
-        if f.domain != C.DOMAIN:
-            scan(f.node)
-    keep = [f for f in model.functions if f.domain != C.DOMAIN or f.name in used]
-    if len(keep) != len(model.functions):
-        del model.functions[:]
-        model.functions.extend(keep)
 
 
 if TYPE_CHECKING:

@@ -36,7 +36,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ...onnxio.arraytable import LookupMapping
-from .region import region_node_ok, scalar_const
+from ..index.graph import scalar_const
+from .matcher import region_node_ok
 
 
 class TraceEscape(BaseException):
@@ -179,8 +180,6 @@ class TraceIndex:
     it, with every question written into ``trace`` (see the module doc)."""
 
     def __init__(self, base, trace: Trace | None = None):
-        from ..match.region import scalar_const
-
         if base.parent is not None or base.nested:
             raise TraceEscape("only a main graph without subgraphs is traced")
         t = self.trace = trace if trace is not None else Trace()

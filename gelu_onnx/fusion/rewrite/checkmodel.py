@@ -25,7 +25,7 @@ file itself for the message.
 
 It is assembled from the bytes the native scanner read: every node the
 check model keeps is its node field as written, copied; stand-ins are
-written for all members of a set at once (fusion/rewrite/nodebytes.py). A repeat
+written for all members of a set at once (fusion/rewrite/emit.py). A repeat
 whose bias Add is found (x = Add(h, b) read by the region alone, x not
 declared, the Add without attributes and with one output, b an initializer
 of at least the rank of the region's constants) collapses with its region
@@ -41,13 +41,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto, helper
 
-from .nodebytes import MARK, field, fill, join, node_bytes, pieces, table_strings
+from .emit import MARK, field, fill, join, node_bytes, pieces, table_strings
 from ..match.numeric import region_key, region_types
-
-
-# A stand-in saves nodes only where many regions repeat: below this share of
-# the graph's nodes the input itself is checked (no bytes assembled).
-MIN_SAVED_SHARE = 0.25
+from ..plan import MIN_SAVED_SHARE
 
 
 def check_model(model: ModelProto, plan) -> bytes | None:

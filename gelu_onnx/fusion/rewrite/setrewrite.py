@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..match.single_op import legacy_nodes
-from .nodebytes import MARK, field, fill, join, pieces, split, table_strings
+from .emit import MARK, emit_nodes, field, fill, join, pieces, remove_indices, split, table_strings
 from ...onnxio.arraytable import unique
 from ..report import Fusion, Match, record
-from .emit import emit_nodes, remove_indices
 from ..match.trace import TraceEscape
 from ... import contract as C
 
@@ -120,11 +118,13 @@ def _emit_all(g, names, dead: set, checking: bool = True) -> list:
     for s in g.selected:
         mt, c = s.match, s.candidate
         if c.legacy:
+            from ..match.single_op import legacy_nodes  # found there, so imported
+
             nodes = legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, gen, idx.graph)
             removed = list(mt.nodes)
         else:
-            from ..match import single_op
-
+            if mt.single_op is not None:
+                from ..match import single_op  # found there, so imported
             emit = single_op.emit if mt.single_op is not None else emit_nodes
             nodes = emit(mt, s.emission, s.compute_type, s.use_bias, gen)
             removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
