@@ -120,7 +120,6 @@ def test_odd_tensors_judged_alike_scanned_or_not(where, tmp_path):
     (onepass) accepts, as an ArrayTable, and refuses the rest with the same
     line and class."""
     from gelu_onnx.onnxio import wire
-    from gelu_onnx.onnxio.arraytable import ArrayTable
     from gelu_onnx.onnxio.validate import validate_model_table
     from helpers.model_helpers import odd_tensors
 

@@ -62,9 +62,8 @@ _BITS[list(ELEM_BITS)] = list(ELEM_BITS.values())
 
 def elem_bits(dtypes: np.ndarray) -> np.ndarray:
     """ELEM_BITS of each element type in an array, -1 where it has none."""
-    dtypes = np.asarray(dtypes, np.int64)
-    inside = (dtypes >= 0) & (dtypes < len(_BITS))
-    return np.where(inside, _BITS[np.where(inside, dtypes, 0)], -1)
+    d = np.asarray(dtypes, np.int64)
+    return np.where((d >= 0) & (d < len(_BITS)), _BITS[np.clip(d, 0, len(_BITS) - 1)], -1)
 
 
 # Fields that hold a tensor's data when it is not external.

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .format import ELEM_MIN_IR, MAX_PROTO_BYTES, tensor_embedded_bytes as _embedded
+from .format import ELEM_MIN_IR, MAX_PROTO_BYTES, elem_bits, tensor_embedded_bytes as _embedded
 from .walk import attr_tensors, iter_graphs
 
 
@@ -120,8 +121,6 @@ def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     from the bytes the arrays point at, what they do not cover (functions,
     the graph's value infos) as model_facts reads it. None for a model with
     subgraphs (or external attribute tensors)."""
-    import numpy as np
-
     from .wire import NF_DEVICE, NF_SUBGRAPH, NF_TENSOR, NF_TYPEPROTO
 
     if (s.node_flags & NF_SUBGRAPH).any():
@@ -165,10 +164,6 @@ def _sized(cols):
     """(plain, bytes): which tensors of ``cols`` (a wire.TensorColumns) are
     sized from the arrays alone (stored inside the file, no string_data),
     and each one's tensor_embedded_bytes (int64)."""
-    import numpy as np
-
-    from .format import elem_bits
-
     bits = elem_bits(cols.dtype)
     typed = cols.typed
     # under 2^45 elements: the float64 products below are exact for any element width
