@@ -108,6 +108,22 @@ def _tensor_agrees(data: bytes, cols, k: int, t, parse) -> None:
         not np.isfinite(cols.count[k])
 
 
+def _sparse():
+    return helper.make_sparse_tensor(helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [1.0]),
+                                     helper.make_tensor("i", onnx.TensorProto.INT64, [1], [0]), [4])
+
+
+def _odd_constants() -> onnx.ModelProto:
+    """A Constant for each of model_helpers.odd_tensors, a sparse one and a value_floats one."""
+    from helpers.model_helpers import odd_tensors
+
+    nodes = [helper.make_node("Constant", [], [f"k{i}"], value=t) for i, t in enumerate(odd_tensors().values())]
+    nodes += [helper.make_node("Constant", [], ["ks"], sparse_value=_sparse()),
+              helper.make_node("Constant", [], ["kv"], value_floats=[1.0, 2.0])]
+    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("k0", onnx.TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _field(num: int, payload: bytes) -> bytes:
     return field_key(num, LEN) + varint(len(payload)) + payload
 
@@ -120,14 +136,9 @@ def test_attribute_tensors_agree_with_onnx():
     (no row), an attribute with no tensor at all."""
     from helpers.model_helpers import odd_tensors
 
-    odd = odd_tensors()
-    nodes = [helper.make_node("Constant", [], [f"k{i}"], value=t) for i, t in enumerate(odd.values())]
-    sparse = helper.make_sparse_tensor(helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [1.0]),
-                                       helper.make_tensor("i", onnx.TensorProto.INT64, [1], [0]), [4])
-    nodes += [helper.make_node("Constant", [], ["ks"], sparse_value=sparse),
-              helper.make_node("Constant", [], ["kv"], value_floats=[1.0, 2.0])]
-    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("k0", onnx.TensorProto.FLOAT, [2, 3])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    odd, sparse = odd_tensors(), _sparse()
+    m = _odd_constants()
+    g = m.graph
     data = m.SerializeToString()
     s = wire.scan(data)
     assert s is not None and len(s.at_attr) == len(odd)
@@ -229,7 +240,9 @@ def test_the_scanner_under_asan_and_ubsan(tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     hostile = tmp_path / "hostile.onnx"
     hostile.write_bytes(b"\x3a" + b"\xff" * 9 + b"\x01" + b"\x0a\x05\x0a\x03abc")  # a graph field of 2^63 bytes
-    files = [str(p) for p in MODELS[::6]] + [str(hostile)]
+    odd = tmp_path / "odd-constants.onnx"  # attribute tensors stored every way (the at_* columns)
+    odd.write_bytes(_odd_constants().SerializeToString())
+    files = [str(p) for p in MODELS[::6]] + [str(hostile), str(odd)]
     r = subprocess.run([str(exe), "400", *files], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert r.stdout.startswith("ok ")
