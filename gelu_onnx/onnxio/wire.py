@@ -23,8 +23,9 @@ stored), ``init_raw_start`` / ``init_raw_len`` (-1: no raw_data),
 string, int64, double, uint64), ``init_start`` / ``init_end``; per attribute
 tensor the same columns named ``at_*`` (no name), ``at_attr`` its attribute:
 one row for each attribute whose only tensor is one ``t`` field (a
-Constant's value; ``t`` twice, ``tensors`` and sparse tensors are read from
-the proto), ``at_start`` / ``at_end`` that field's span; the graph's
+Constant's value; ``t`` twice, ``tensors``, sparse tensors and a tensor with
+a field of another wire type are read from the proto), ``at_start`` /
+``at_end`` that field's span; the graph's
 ``input_name``, ``output_name``, ``vi_name`` (+ ``vi_start`` / ``vi_end``);
 ``model_info`` = the graph field's key, value start and end; ``names``: the
 string table. Sparse initializers are skipped (not in the arrays: the

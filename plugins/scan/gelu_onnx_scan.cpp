@@ -495,7 +495,8 @@ class Scanner {
 
   // An attribute's fields; its tensor, when its only tensor content is one
   // `t` field (a Constant's value), into the at_* columns (a `t` given twice
-  // is merged by protobuf, `tensors` and sparse tensors are left to Python).
+  // is merged by protobuf, `tensors` and sparse tensors, and a tensor this
+  // scanner does not map are left to Python: the file's scan stays OK).
   int32_t attribute(const Field& af) {
     int32_t name = 0, flags = 0, ts = 0, others = 0;
     Field t{};
@@ -558,8 +559,14 @@ class Scanner {
       }
     }
     if (ts == 1 && !others) {
-      tensor(t, r_.at, false);
-      r_.at_attr.push_back(int32_t(r_.attr_start.size()));
+      size_t dims = r_.at.dims.size();
+      try {
+        tensor(t, r_.at, false);
+        r_.at_attr.push_back(int32_t(r_.attr_start.size()));
+      } catch (const Stop& stop) {
+        if (stop.status != GOS_UNSUPPORTED) throw;
+        r_.at.dims.resize(dims);  // a tensor not mapped here (a field with another wire type): no row
+      }
     }
     r_.attr_name.push_back(name);
     r_.attr_flags.push_back(flags);
