@@ -326,6 +326,30 @@ def test_facts_from_the_scan_are_the_walks():
     assert facts.min_ir == 9 and facts.embedded == walked.embedded > 0
 
 
+def test_facts_from_the_scan_of_odd_tensors_are_the_walks():
+    """Tensors stored every way (helpers.model_helpers.odd_tensors) as
+    Constant values and as initializers: the facts sized from the scanner's
+    columns are model_facts' (external ones: model_facts' own walk)."""
+    from gelu_onnx.onnxio import irversion, wire
+    from helpers.model_helpers import odd_tensors
+
+    for external in (False, True):
+        m = ffn_model(ir=14)
+        for i, (name, t) in enumerate(odd_tensors().items()):
+            if name.startswith("external") and not external:
+                continue
+            m.graph.node.append(helper.make_node("Constant", [], [f"k{i}"], value=t))
+            init = onnx.TensorProto()
+            init.CopyFrom(t)
+            init.name = f"i{i}"
+            m.graph.initializer.append(init)
+        payload, facts = onnxio.serialized_facts(m)
+        walked = onnxio.model_facts(m)
+        assert (facts.embedded, facts.min_ir, facts.external) == (walked.embedded, walked.min_ir, walked.external)
+        scanned = irversion._scanned_facts(m, wire.scan(payload))
+        assert (scanned is None) == external  # external attribute tensors: the walk's
+
+
 # --- > 2 GB ---------------------------------------------------------------------
 
 

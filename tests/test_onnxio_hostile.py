@@ -112,6 +112,40 @@ def test_valid_model_not_refused(tmp_path):
     assert lm.external_files == (str((mdir / "weights.bin").resolve()),)
 
 
+@pytest.mark.parametrize("where", ["constant", "initializer"])
+def test_odd_tensors_judged_alike_scanned_or_not(where, tmp_path):
+    """Every way of storing a tensor (helpers.model_helpers.odd_tensors), as
+    a Constant's value and as an initializer: the scanned path (its columns
+    checked vectorised, arraytable.array_pass) accepts what the plain path
+    (onepass) accepts, as an ArrayTable, and refuses the rest with the same
+    line and class."""
+    from gelu_onnx.onnxio import wire
+    from gelu_onnx.onnxio.validate import validate_model_table
+    from helpers.model_helpers import odd_tensors
+
+    refused = set()
+    for name, t in odd_tensors().items():
+        m = ffn_model()
+        if where == "constant":
+            m.graph.node.append(onnx.helper.make_node("Constant", [], ["k"], value=t))
+        else:
+            t.name = "k"
+            m.graph.initializer.append(t)
+        verdicts = []
+        for scan in (None, wire.scan(m.SerializeToString())):
+            try:
+                _, table = validate_model_table(m, base_dir=str(tmp_path), where="m.onnx", scan=scan)
+                verdicts.append(type(table).__name__)
+            except InputError as e:
+                verdicts.append((type(e), str(e)))
+        assert verdicts[0] == "NodeTable" or isinstance(verdicts[0], tuple), (name, verdicts)
+        assert verdicts[1] == ("ArrayTable" if verdicts[0] == "NodeTable" else verdicts[0]), (name, verdicts)
+        if isinstance(verdicts[0], tuple):
+            refused.add(name)
+    assert refused == {"raw-long", "float-data-long", "unknown-type", "external-escape", "external-missing",
+                       "external-entries-inside"}
+
+
 # --- output side -------------------------------------------------------------------
 
 

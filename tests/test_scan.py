@@ -12,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
+from onnx import helper
 
 from gelu_onnx.onnxio import wire
+from gelu_onnx.onnxio.format import LEN, Source, field_key, iter_fields, varint
 from gelu_onnx.onnxio.wire import OK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,21 +64,117 @@ def _agree(data: bytes, s) -> None:
         one.ParseFromString(data[s.node_start[i]:s.node_end[i]])
         assert list(one.node) == [n]
     assert len(s.init_name) == len(g.initializer)
+    init = s.tensors("init_")
     for k, t in enumerate(g.initializer):
-        assert nm[s.init_name[k]] == t.name and s.init_dtype[k] == t.data_type
-        assert list(s.init_dims[s.init_dims_off[k]:s.init_dims_off[k + 1]]) == list(t.dims)
-        assert (s.init_raw_len[k] >= 0) == t.HasField("raw_data")
-        if t.HasField("raw_data"):
-            assert data[s.init_raw_start[k]:s.init_raw_start[k] + s.init_raw_len[k]] == t.raw_data
-        assert s.init_ext[k] == len(t.external_data) and s.init_loc[k] == t.data_location
-        assert list(s.init_typed[6 * k:6 * k + 6]) == [len(t.float_data), len(t.int32_data), len(t.string_data),
-                                                      len(t.int64_data), len(t.double_data), len(t.uint64_data)]
+        assert nm[s.init_name[k]] == t.name
+        _tensor_agrees(data, init, k, t, lambda b: onnx.GraphProto.FromString(b).initializer[0])
+    # one at_* row for each attribute whose tensor content is one t field, in order
+    src, rows = Source(data), []
+    attrs = [a for n in g.node for a in n.attribute]
+    for a in range(len(attrs)):
+        [(_, _, _, v0, v1)] = iter_fields(src, int(s.attr_start[a]), int(s.attr_end[a]))
+        fields = list(iter_fields(src, v0, v1))
+        nums = [f[0] for f in fields]
+        if nums.count(5) == 1 and not {10, 22, 23} & set(nums):
+            [(_, _, _, t0, t1)] = [f for f in fields if f[0] == 5]
+            if all(wt in _TENSOR_WIRE.get(num, (wt,)) for num, wt, *_ in iter_fields(src, t0, t1)):
+                rows.append(a)
+    assert s.at_attr.tolist() == rows
+    at = s.tensors("at_")
+    for k, a in enumerate(rows):
+        _tensor_agrees(data, at, k, attrs[a].t, lambda b: onnx.AttributeProto.FromString(b).t)
     assert nm.take(s.input_name) == [v.name for v in g.input]
     assert nm.take(s.output_name) == [v.name for v in g.output]
     assert nm.take(s.vi_name) == [v.name for v in g.value_info]
     for name in [v.name for v in g.input][:3] + [n.op_type for n in g.node][:3]:
         assert nm[s.find(name)] == name
     assert s.find("\x01 no model has this name") == -1
+
+
+def _tensor_agrees(data: bytes, cols, k: int, t, parse) -> None:
+    """Row k of a per-tensor column set (wire.TensorColumns) reads what onnx
+    reads of ``t``; ``parse`` reads a tensor back from its field's span."""
+    assert cols.dtype[k] == t.data_type
+    assert cols.dims[cols.dims_off[k]:cols.dims_off[k + 1]].tolist() == list(t.dims)
+    assert (cols.raw_len[k] >= 0) == t.HasField("raw_data") == bool(cols.flags[k] & wire.IF_RAW)
+    if t.HasField("raw_data"):
+        assert data[cols.raw_start[k]:cols.raw_start[k] + cols.raw_len[k]] == t.raw_data
+    assert cols.ext[k] == len(t.external_data) and cols.loc[k] == t.data_location
+    assert cols.typed[k].tolist() == [len(t.float_data), len(t.int32_data), len(t.string_data), len(t.int64_data),
+                                      len(t.double_data), len(t.uint64_data)]
+    assert bool(cols.flags[k] & wire.IF_SEGMENT) == t.HasField("segment")
+    assert bool(cols.flags[k] & wire.IF_DOC) == t.HasField("doc_string")
+    assert bool(cols.flags[k] & wire.IF_METADATA) == bool(len(t.metadata_props))
+    assert parse(data[cols.start[k]:cols.end[k]]) == t
+    dims = list(t.dims)
+    assert cols.count[k] == (float(np.prod(np.array(dims, dtype=np.float64))) if dims else 1.0) or \
+        not np.isfinite(cols.count[k])
+
+
+def _sparse():
+    return helper.make_sparse_tensor(helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [1.0]),
+                                     helper.make_tensor("i", onnx.TensorProto.INT64, [1], [0]), [4])
+
+
+def _odd_constants() -> onnx.ModelProto:
+    """A Constant for each of model_helpers.odd_tensors, a sparse one and a value_floats one."""
+    from helpers.model_helpers import odd_tensors
+
+    nodes = [helper.make_node("Constant", [], [f"k{i}"], value=t) for i, t in enumerate(odd_tensors().values())]
+    nodes += [helper.make_node("Constant", [], ["ks"], sparse_value=_sparse()),
+              helper.make_node("Constant", [], ["kv"], value_floats=[1.0, 2.0])]
+    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("k0", onnx.TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+# TensorProto's fields and the wire types onnx.proto gives them (repeated
+# scalars packed or not): a tensor with another is not mapped by the scanner
+_TENSOR_WIRE = {1: (0, 2), 2: (0,), 3: (2,), 4: (5, 2), 5: (0, 2), 6: (2,), 7: (0, 2), 8: (2,), 9: (2,),
+                10: (1, 2), 11: (0, 2), 12: (2,), 13: (2,), 14: (0,), 16: (2,)}
+
+
+def _field(num: int, payload: bytes) -> bytes:
+    return field_key(num, LEN) + varint(len(payload)) + payload
+
+
+def test_attribute_tensors_agree_with_onnx():
+    """The at_* columns against onnx, on Constant values stored every way
+    (tests/helpers/model_helpers.odd_tensors) and on bytes protobuf never
+    writes: raw_data twice (the last counts), a t field twice (protobuf
+    merges: no row, read from the proto), t beside tensors / a sparse tensor
+    (no row), a tensor field with another wire type (protobuf keeps it as an
+    unknown field: no row, and the scan stays OK), an attribute with no
+    tensor at all."""
+    from helpers.model_helpers import odd_tensors
+
+    odd, sparse = odd_tensors(), _sparse()
+    m = _odd_constants()
+    g = m.graph
+    data = m.SerializeToString()
+    s = wire.scan(data)
+    assert s is not None and len(s.at_attr) == len(odd)
+    _agree(data, s)
+    # hand-made attributes, appended to the graph as further nodes
+    t1, t2 = odd["raw"].SerializeToString(), odd["float-data"].SerializeToString()
+    head = onnx.AttributeProto(name="value", type=onnx.AttributeProto.TENSOR).SerializeToString()
+    crafted = [
+        head + _field(5, t1 + _field(9, b"\0" * 24)),  # raw_data twice: a row, the last raw_data
+        head + _field(5, t1) + _field(5, t2),  # t twice: merged by protobuf, no row
+        head + _field(5, t1) + _field(10, t2),  # t and tensors: no row
+        head + _field(5, t1) + _field(22, sparse.SerializeToString()),  # t and a sparse tensor: no row
+        head + _field(5, t1 + field_key(2, LEN) + varint(1) + b"\1"),  # data_type as bytes: no row, scan OK
+        onnx.AttributeProto(name="alpha", type=onnx.AttributeProto.FLOAT, f=1.0).SerializeToString(),
+    ]
+    body = g.SerializeToString() + b"".join(
+        _field(1, onnx.NodeProto(output=[f"c{i}"], op_type="Constant").SerializeToString() + _field(5, a))
+        for i, a in enumerate(crafted))
+    m.ClearField("graph")
+    data = m.SerializeToString() + _field(7, body)
+    s = wire.scan(data)
+    assert s is not None
+    _agree(data, s)
+    assert s.at_attr[-1] == len(s.attr_flags) - 6 and s.at_raw_len[-1] == 24
+    assert (s.attr_flags[-6:] & wire.NF_TENSOR).tolist() == [wire.NF_TENSOR] * 5 + [0]
 
 
 def test_scan_agrees_with_onnx_on_bundled_models():
@@ -153,7 +252,9 @@ def test_the_scanner_under_asan_and_ubsan(tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     hostile = tmp_path / "hostile.onnx"
     hostile.write_bytes(b"\x3a" + b"\xff" * 9 + b"\x01" + b"\x0a\x05\x0a\x03abc")  # a graph field of 2^63 bytes
-    files = [str(p) for p in MODELS[::6]] + [str(hostile)]
+    odd = tmp_path / "odd-constants.onnx"  # attribute tensors stored every way (the at_* columns)
+    odd.write_bytes(_odd_constants().SerializeToString())
+    files = [str(p) for p in MODELS[::6]] + [str(hostile), str(odd)]
     r = subprocess.run([str(exe), "400", *files], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert r.stdout.startswith("ok ")

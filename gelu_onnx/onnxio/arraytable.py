@@ -15,11 +15,13 @@ checks, vectorised over its arrays, so a graph of a million nodes is
 validated without one Python object per node. Like one_pass it only ever
 accepts: anything it does not see to be fine (a subgraph, a function-attribute
 reference, a name used before it is written, a name written twice, a domain
-not imported, an op onnx does not know, a tensor outside the plain case it
-checks itself ...) raises Recheck, and Validator.graph() then finds the first
-fault and words it, exactly as for a graph one_pass declined. Tensors outside
-the plain case are checked one by one by Validator.tensor, as one_pass checks
-every tensor.
+not imported, an op onnx does not know ...) raises Recheck, and
+Validator.graph() then finds the first fault and words it, exactly as for a
+graph one_pass declined. Initializers and attribute tensors are checked from
+the scanner's per-tensor columns (init_*, at_*) in one vectorised predicate;
+the tensors outside its plain case, and attributes whose tensors the columns
+leave out, one by one by Validator.tensor, as one_pass checks every tensor
+(a fault it finds sends the graph to Validator.graph() likewise).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .format import ELEM_BITS, KNOWN_TYPES
+from .format import ELEM_BITS, KNOWN_TYPES, elem_bits
 from .validate import Recheck, known_ops
 from .walk import attr_tensors
 from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR
@@ -296,9 +298,6 @@ class ArrayTable:
 # Element types whose size is a whole number of bytes: a raw_data length is
 # checked here against dims for these (Validator.tensor checks the rest).
 _BYTE_TYPES = np.array(sorted(t for t, bits in ELEM_BITS.items() if bits % 8 == 0 and t in KNOWN_TYPES))
-_BITS = np.zeros(int(max(ELEM_BITS)) + 1, np.int64)
-for _t, _b in ELEM_BITS.items():
-    _BITS[_t] = _b
 _DIM_LIMIT = 1 << 31  # larger dims: products could overflow int64; those tensors go one by one
 
 
@@ -387,9 +386,13 @@ def array_pass(v, g, scan) -> ArrayTable:
     s = scan
     if not _plain_structure(g, s):
         raise Recheck  # onepass finds and words what is wrong, or walks the subgraphs
-    _tensors(v, g, s)
-    for i in np.flatnonzero(s.node_flags & NF_TENSOR).tolist():
-        for t in attr_tensors(g.node[i].attribute):
+    _tensors(v, s.tensors("init_"), g.initializer.__getitem__)
+    _tensors(v, s.tensors("at_"), lambda k: _attribute(g, s, s.at_attr[k]).t)
+    # attributes holding tensors the at_* columns leave out (tensors, sparse, t twice)
+    loose = (s.attr_flags & NF_TENSOR) != 0
+    loose[s.at_attr] = False
+    for a in np.flatnonzero(loose).tolist():
+        for t in attr_tensors([_attribute(g, s, a)]):
             v.tensor(t)
     # every (op, domain) imported and known
     kinds = unique(s.node_op.astype(np.int64) << 32 | s.node_dom.astype(np.int64))
@@ -397,28 +400,26 @@ def array_pass(v, g, scan) -> ArrayTable:
     return ArrayTable(g, s)
 
 
-def _tensors(v, g, s) -> None:
-    """Validator.tensor for every initializer: the plain case here (a known
-    type, stored inside the file, raw_data no longer than its dims need, no
-    other data field), every other one by Validator.tensor itself."""
-    m = len(s.init_name)
-    if not m:
+def _attribute(g, s, a: int):
+    """Attribute ``a`` of the scan (its index in the attr_* arrays) as parsed in ``g``."""
+    i = int(np.searchsorted(s.node_attr_off, a, side="right")) - 1
+    return g.node[i].attribute[int(a) - int(s.node_attr_off[i])]
+
+
+def _tensors(v, cols, tensor) -> None:
+    """Validator.tensor for every tensor of ``cols`` (a wire.TensorColumns:
+    the initializers or the attribute tensors; ``tensor(k)`` its k-th
+    TensorProto): the plain case here (a known type, stored inside the file,
+    raw_data no longer than its dims need, no other data field), every other
+    one by Validator.tensor itself."""
+    if not cols.n:
         return
-    dims_n = np.diff(s.init_dims_off)
-    dims = s.init_dims
-    bad_dim = np.zeros(m, bool)
-    if len(dims):
-        owner = np.repeat(np.arange(m), dims_n)
-        np.logical_or.at(bad_dim, owner, (dims < 0) | (dims >= _DIM_LIMIT))
-    safe = np.where(bad_dim[np.repeat(np.arange(m), dims_n)], 1, dims) if len(dims) else dims
-    count = np.ones(m, np.float64)
-    if len(dims):
-        np.multiply.at(count, np.repeat(np.arange(m), dims_n), safe.astype(np.float64))
-    dtype = s.init_dtype
-    typed = s.init_typed.reshape(m, 6)
-    plain = (np.isin(dtype, _BYTE_TYPES) & (s.init_loc == 0) & (s.init_ext == 0) & ~bad_dim
-             & (count < 2.0 ** 52) & ((s.init_flags & (IF_RAW | IF_RAW_TWICE)) == IF_RAW) & (typed == 0).all(axis=1))
-    want = count * (_BITS[np.clip(dtype, 0, len(_BITS) - 1)] // 8)
-    plain &= s.init_raw_len <= want
+    bad_dim = np.zeros(cols.n, bool)
+    np.logical_or.at(bad_dim, cols.owner, (cols.dims < 0) | (cols.dims >= _DIM_LIMIT))
+    big = bad_dim | ~(cols.count < 2.0 ** 52)  # nan too
+    count = np.where(big, 0, cols.count)
+    plain = (np.isin(cols.dtype, _BYTE_TYPES) & (cols.loc == 0) & (cols.ext == 0) & ~big
+             & ((cols.flags & (IF_RAW | IF_RAW_TWICE)) == IF_RAW) & (cols.typed == 0).all(axis=1))
+    plain &= cols.raw_len <= count * (np.maximum(elem_bits(cols.dtype), 0) // 8)
     for k in np.flatnonzero(~plain).tolist():
-        v.tensor(g.initializer[k])
+        v.tensor(tensor(k))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 
@@ -55,6 +56,16 @@ for _name, _bits, _ir in (
     if hasattr(_T, _name):
         ELEM_BITS[getattr(_T, _name)] = _bits
         ELEM_MIN_IR[getattr(_T, _name)] = _ir
+_BITS = np.full(max(ELEM_BITS) + 1, -1, np.int64)
+_BITS[list(ELEM_BITS)] = list(ELEM_BITS.values())
+
+
+def elem_bits(dtypes: np.ndarray) -> np.ndarray:
+    """ELEM_BITS of each element type in an array, -1 where it has none."""
+    d = np.asarray(dtypes, np.int64)
+    return np.where((d >= 0) & (d < len(_BITS)), _BITS[np.clip(d, 0, len(_BITS) - 1)], -1)
+
+
 # Fields that hold a tensor's data when it is not external.
 DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data",
                 "int64_data", "double_data", "uint64_data")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .format import ELEM_MIN_IR, MAX_PROTO_BYTES, tensor_embedded_bytes as _embedded
+from .format import ELEM_MIN_IR, MAX_PROTO_BYTES, elem_bits, tensor_embedded_bytes as _embedded
 from .walk import attr_tensors, iter_graphs
 
 
@@ -115,13 +116,11 @@ def serialized_facts(model: onnx.ModelProto) -> tuple[bytes | None, ModelFacts]:
 
 def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     """model_facts from a scan of the model's bytes: the same facts; the
-    main graph's nodes and initializers from the arrays, the attributes
-    holding tensors or types parsed from the bytes the arrays point at, what
-    they do not cover (functions, the graph's value infos) as model_facts
-    reads it. None for a model with subgraphs (or external attribute tensors)."""
-    import numpy as np
-
-    from .format import ELEM_BITS
+    main graph's nodes, initializers and attribute tensors from the arrays,
+    the attributes holding types or tensors the arrays do not size parsed
+    from the bytes the arrays point at, what they do not cover (functions,
+    the graph's value infos) as model_facts reads it. None for a model with
+    subgraphs (or external attribute tensors)."""
     from .wire import NF_DEVICE, NF_SUBGRAPH, NF_TENSOR, NF_TYPEPROTO
 
     if (s.node_flags & NF_SUBGRAPH).any():
@@ -130,12 +129,19 @@ def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     need, known = _opset_needs(model)
     for vi in (*g.input, *g.output, *g.value_info):
         _type_min_ir(vi.type, need)
-    tensors: list = []  # attribute tensors, function tensors, and initializers the arrays do not size
-    held = np.flatnonzero(s.attr_flags & (NF_TENSOR | NF_TYPEPROTO))
+    tensors: list = []  # function tensors, and the tensors the arrays do not size
+    init, at = s.tensors("init_"), s.tensors("at_")
+    init_plain, init_bytes = _sized(init)
+    at_plain, at_bytes = _sized(at)
+    # attributes whose every tensor is sized from the arrays, and that hold no type
+    sized_attr = np.zeros(len(s.attr_flags), bool)
+    sized_attr[s.at_attr[at_plain]] = True
+    sized_attr &= (s.attr_flags & NF_TYPEPROTO) == 0
+    at_plain &= sized_attr[s.at_attr]
+    held = np.flatnonzero(((s.attr_flags & (NF_TENSOR | NF_TYPEPROTO)) != 0) & ~sized_attr)
     if len(held):
-        # every attribute holding a tensor or a type, parsed at once as one
-        # node's attributes (its field bytes as written), not node by node
-        # (a deep export has a Constant node in three)
+        # the other attributes holding a tensor or a type, parsed at once as
+        # one node's attributes (their field bytes as written), not node by node
         holder = onnx.NodeProto.FromString(b"".join(
             s.data[a:b] for a, b in zip(s.attr_start[held].tolist(), s.attr_end[held].tolist())))
         tensors += attr_tensors(holder.attribute)
@@ -145,24 +151,27 @@ def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     if (s.node_flags & NF_DEVICE).any():
         need.append(11)
     _function_needs(model, tensors, need)
-    m = len(s.init_name)
-    bits = np.array([ELEM_BITS.get(int(d), -1) for d in s.init_dtype.tolist()], np.int64) if m else \
-        np.zeros(0, np.int64)
-    typed = s.init_typed.reshape(m, 6)
-    plain = (s.init_loc == 0) & (typed[:, 2] == 0)  # string_data: summed by length below
-    count = np.ones(m, np.float64)
-    if len(s.init_dims):
-        np.multiply.at(count, np.repeat(np.arange(m), np.diff(s.init_dims_off)), s.init_dims.astype(np.float64))
-    raw = s.init_raw_len >= 0
-    nbytes = np.where(bits >= 0, np.ceil(count * np.maximum(bits, 0) / 8), s.init_raw_len)
-    sized = np.where(raw, nbytes, 0) + 4 * (typed[:, 0] + typed[:, 1]) + 8 * (typed[:, 3] + typed[:, 4] + typed[:, 5])
-    plain &= count < 2.0 ** 52
-    embedded = int(sized[plain].sum())
-    tensors += [g.initializer[k] for k in np.flatnonzero(~plain).tolist()]
+    embedded = sum(init_bytes[init_plain].tolist()) + sum(at_bytes[at_plain].tolist())  # exact: no int64 overflow
+    tensors += [g.initializer[k] for k in np.flatnonzero(~init_plain).tolist()]
     external = [t for t in tensors if t.data_location == TensorProto.EXTERNAL]
     embedded += sum(_embedded(t) for t in tensors if t.data_location != TensorProto.EXTERNAL)
-    need.extend(ELEM_MIN_IR.get(dt, 0) for dt in {t.data_type for t in tensors} | set(s.init_dtype.tolist()))
+    dtypes = {t.data_type for t in tensors}.union(np.unique(np.concatenate([init.dtype, at.dtype[at_plain]])).tolist())
+    need.extend(ELEM_MIN_IR.get(dt, 0) for dt in dtypes)
     return ModelFacts(external, embedded, max(3, *need) if known else None)
+
+
+def _sized(cols):
+    """(plain, bytes): which tensors of ``cols`` (a wire.TensorColumns) are
+    sized from the arrays alone (stored inside the file, no string_data),
+    and each one's tensor_embedded_bytes (int64)."""
+    bits = elem_bits(cols.dtype)
+    typed = cols.typed
+    # under 2^45 elements: the float64 products below are exact for any element width
+    plain = (cols.loc == 0) & (typed[:, 2] == 0) & (np.abs(cols.count) < 2.0 ** 45)
+    count = np.where(plain, cols.count, 0)
+    nbytes = np.where(bits >= 0, np.ceil(count * np.maximum(bits, 0) / 8), cols.raw_len).astype(np.int64)
+    return plain, (np.where(cols.raw_len >= 0, nbytes, 0) + 4 * (typed[:, 0] + typed[:, 1])
+                   + 8 * (typed[:, 3] + typed[:, 4] + typed[:, 5]))
 
 
 def required_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -> int | None:

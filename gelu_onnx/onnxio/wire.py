@@ -20,7 +20,12 @@ The arrays (main graph only): per node ``node_op``, ``node_dom``,
 ``init_ext`` (external_data entries), ``init_loc`` (data_location as
 stored), ``init_raw_start`` / ``init_raw_len`` (-1: no raw_data),
 ``init_typed`` (values per typed data field, 6 per tensor: float, int32,
-string, int64, double, uint64), ``init_start`` / ``init_end``; the graph's
+string, int64, double, uint64), ``init_start`` / ``init_end``; per attribute
+tensor the same columns named ``at_*`` (no name), ``at_attr`` its attribute:
+one row for each attribute whose only tensor is one ``t`` field (a
+Constant's value; ``t`` twice, ``tensors``, sparse tensors and a tensor with
+a field of another wire type are read from the proto), ``at_start`` /
+``at_end`` that field's span; the graph's
 ``input_name``, ``output_name``, ``vi_name`` (+ ``vi_start`` / ``vi_end``);
 ``model_info`` = the graph field's key, value start and end; ``names``: the
 string table. Sparse initializers are skipped (not in the arrays: the
@@ -36,21 +41,24 @@ from ..errors import UnsupportedError
 
 LIBRARY = "libgelu_onnx_scan.so"
 ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 OK, MALFORMED, UNSUPPORTED = 0, 1, 2
 # node_flags / attr_flags (plugins/scan/gelu_onnx_scan.cpp)
 NF_DEVICE, NF_OVERLOAD, NF_SUBGRAPH, NF_REF, NF_TENSOR, NF_TYPEPROTO, NF_METADATA = 1, 2, 4, 8, 16, 32, 64
-# init_flags
+# init_flags / at_flags
 IF_SEGMENT, IF_RAW, IF_RAW_TWICE, IF_METADATA, IF_DOC = 1, 2, 4, 8, 16
 # str_flags
 SF_BAD_UTF8, SF_NUL = 1, 2
 
+# Per-tensor columns: init_* (initializers) and at_* (attribute tensors) alike
+_TENSOR_I32 = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len")
+_TENSOR_I64 = ("dims", "loc", "typed")
 _I32 = ("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
-        "node_attr_off", "attr_name", "attr_flags", "init_name", "init_dtype", "init_dims_off", "init_flags",
-        "init_ext", "input_name", "output_name", "vi_name", "str_flags", "node_start", "node_end", "attr_start",
-        "attr_end", "init_start", "init_end", "init_raw_start", "init_raw_len", "vi_start", "vi_end", "str_off")
-_I64 = ("init_dims", "init_loc", "init_typed", "model_info")
+        "node_attr_off", "attr_name", "attr_flags", "init_name", "at_attr", "input_name", "output_name", "vi_name",
+        "str_flags", "node_start", "node_end", "attr_start", "attr_end", "vi_start", "vi_end", "str_off",
+        *(p + c for p in ("init_", "at_") for c in _TENSOR_I32))
+_I64 = ("model_info", *(p + c for p in ("init_", "at_") for c in _TENSOR_I64))
 
 _lib = None  # the loaded library, False when there is none
 
@@ -171,6 +179,10 @@ class Scan:
     def n_nodes(self) -> int:
         return len(self.arrays["node_op"])
 
+    def tensors(self, prefix: str) -> "TensorColumns":
+        """The initializers' (``"init_"``) or attribute tensors' (``"at_"``) columns."""
+        return TensorColumns(self.arrays, prefix)
+
     def find(self, name: str) -> int:
         """The id of ``name``, -1 when the model has no such string."""
         b = name.encode("utf-8", "surrogatepass")
@@ -206,6 +218,24 @@ class Scan:
         h, self._handle = getattr(self, "_handle", None), None
         if h:
             self._lib.gos_free(h)
+
+
+class TensorColumns:
+    """One per-tensor column set of a scan (see the module doc) by column
+    name: ``dtype``, ``dims`` by ``dims_off``, ``flags``, ``ext``, ``loc``,
+    ``raw_len``, ``typed`` (n x 6), ...; ``owner``: the tensor of each dim;
+    ``count``: each tensor's element count, the product of its dims as
+    float64 (negative, inf or nan for such dims)."""
+
+    def __init__(self, arrays: dict, prefix: str):
+        for c in (*_TENSOR_I32, *_TENSOR_I64):
+            setattr(self, c, arrays[prefix + c])
+        self.n = n = len(self.dtype)
+        self.typed = self.typed.reshape(n, 6)
+        self.owner = np.repeat(np.arange(n), np.diff(self.dims_off))
+        self.count = np.ones(n, np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.multiply.at(self.count, self.owner, self.dims.astype(np.float64))
 
 
 def raw_scan(data: bytes) -> Scan | None:

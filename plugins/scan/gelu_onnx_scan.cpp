@@ -16,14 +16,14 @@
 
 namespace {
 
-constexpr int32_t kVersion = 2;
+constexpr int32_t kVersion = 3;
 
 enum Wire { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
 
 // node_flags / attr_flags
 constexpr int32_t NF_DEVICE = 1, NF_OVERLOAD = 2, NF_SUBGRAPH = 4, NF_REF = 8, NF_TENSOR = 16,
                   NF_TYPEPROTO = 32, NF_METADATA = 64;
-// init_flags
+// init_flags / at_flags (TensorCols::flags)
 constexpr int32_t IF_SEGMENT = 1, IF_RAW = 2, IF_RAW_TWICE = 4, IF_METADATA = 8, IF_DOC = 16;
 // str_flags
 constexpr int32_t SF_BAD_UTF8 = 1, SF_NUL = 2;
@@ -301,17 +301,44 @@ class Strings {
   std::vector<uint64_t> hashes_;
 };
 
+// Per-tensor columns (TensorProto facts), one row per tensor: the
+// initializers ("init_*") and the attribute tensors ("at_*") alike.
+struct TensorCols {
+  std::vector<int32_t> dtype, dims_off{0}, flags, ext;
+  // spans: int32 is enough (the file is under 2 GiB)
+  std::vector<int32_t> start, end, raw_start, raw_len;
+  std::vector<int64_t> dims, loc, typed;
+
+  const std::vector<int32_t>* i32(const char* col) const {
+    if (!std::strcmp(col, "dtype")) return &dtype;
+    if (!std::strcmp(col, "dims_off")) return &dims_off;
+    if (!std::strcmp(col, "flags")) return &flags;
+    if (!std::strcmp(col, "ext")) return &ext;
+    if (!std::strcmp(col, "start")) return &start;
+    if (!std::strcmp(col, "end")) return &end;
+    if (!std::strcmp(col, "raw_start")) return &raw_start;
+    if (!std::strcmp(col, "raw_len")) return &raw_len;
+    return nullptr;
+  }
+  const std::vector<int64_t>* i64(const char* col) const {
+    if (!std::strcmp(col, "dims")) return &dims;
+    if (!std::strcmp(col, "loc")) return &loc;
+    if (!std::strcmp(col, "typed")) return &typed;
+    return nullptr;
+  }
+};
+
 }  // namespace
 
 struct gos_result {
   int status = GOS_OK;
   std::string message;
   Strings strings;
-  std::vector<int32_t> node_op, node_dom, node_name, node_flags, node_in_off, in_ids, node_out_off, out_ids, node_attr_off, attr_name, attr_flags, init_name, init_dtype, init_dims_off, init_flags, init_ext, input_name, output_name, vi_name, str_flags;
+  std::vector<int32_t> node_op, node_dom, node_name, node_flags, node_in_off, in_ids, node_out_off, out_ids, node_attr_off, attr_name, attr_flags, init_name, at_attr, input_name, output_name, vi_name, str_flags;
   // spans: int32 is enough (the file is under 2 GiB)
-  std::vector<int32_t> node_start, node_end, attr_start, attr_end, init_start, init_end, init_raw_start, init_raw_len,
-      vi_start, vi_end, str_off;
-  std::vector<int64_t> init_dims, init_loc, init_typed, model_info;
+  std::vector<int32_t> node_start, node_end, attr_start, attr_end, vi_start, vi_end, str_off;
+  std::vector<int64_t> model_info;
+  TensorCols init, at;  // initializers; attribute tensors (one per at_attr entry)
 };
 
 namespace {
@@ -335,7 +362,6 @@ class Scanner {
     r_.node_in_off.push_back(0);
     r_.node_out_off.push_back(0);
     r_.node_attr_off.push_back(0);
-    r_.init_dims_off.push_back(0);
   }
 
   void model(const uint8_t* p, const uint8_t* end) {
@@ -384,7 +410,7 @@ class Scanner {
           break;
         case 5:
           want(f, kLen);
-          initializer(f);
+          r_.init_name.push_back(tensor(f, r_.init, true));
           break;
         case 11:
           r_.input_name.push_back(value_info(f, false));
@@ -467,8 +493,13 @@ class Scanner {
     r_.node_end.push_back(pos(nf.end));
   }
 
+  // An attribute's fields; its tensor, when its only tensor content is one
+  // `t` field (a Constant's value), into the at_* columns (a `t` given twice
+  // is merged by protobuf, `tensors` and sparse tensors, and a tensor this
+  // scanner does not map are left to Python: the file's scan stays OK).
   int32_t attribute(const Field& af) {
-    int32_t name = 0, flags = 0;
+    int32_t name = 0, flags = 0, ts = 0, others = 0;
+    Field t{};
     const uint8_t* p = af.val;
     while (p < af.end) {
       Field f = next(p, af.end);
@@ -492,11 +523,17 @@ class Scanner {
           want(f, kFixed32);
           break;
         case 5:
+          want(f, kLen);
+          flags |= NF_TENSOR;
+          t = f;
+          ++ts;
+          break;
         case 10:
         case 22:
         case 23:
           want(f, kLen);
           flags |= NF_TENSOR;
+          ++others;
           break;
         case 6:
         case 11:
@@ -521,6 +558,16 @@ class Scanner {
           break;
       }
     }
+    if (ts == 1 && !others) {
+      size_t dims = r_.at.dims.size();
+      try {
+        tensor(t, r_.at, false);
+        r_.at_attr.push_back(int32_t(r_.attr_start.size()));
+      } catch (const Stop& stop) {
+        if (stop.status != GOS_UNSUPPORTED) throw;
+        r_.at.dims.resize(dims);  // a tensor not mapped here (a field with another wire type): no row
+      }
+    }
     r_.attr_name.push_back(name);
     r_.attr_flags.push_back(flags);
     r_.attr_start.push_back(pos(af.start));
@@ -528,12 +575,15 @@ class Scanner {
     return flags;
   }
 
-  void initializer(const Field& tf) {
+  // A TensorProto field into one row of ``c``; returns its name's occurrence
+  // (``named``: else the name is not noted, an attribute tensor's name being
+  // no name of the graph).
+  int32_t tensor(const Field& tf, TensorCols& c, bool named) {
     int32_t name = 0, flags = 0, ext = 0;
     int64_t dtype = 0, loc = 0;
     int32_t raw_start = -1, raw_len = -1;
     int64_t typed[6] = {0, 0, 0, 0, 0, 0};
-    auto& dims = r_.init_dims;
+    auto& dims = c.dims;
     const uint8_t* p = tf.val;
     while (p < tf.end) {
       Field f = next(p, tf.end);
@@ -575,7 +625,11 @@ class Scanner {
           typed[5] += count_repeated(f, kVarint);
           break;
         case 8:
-          name = str(f);
+          if (named) {
+            name = str(f);
+          } else {
+            want(f, kLen);
+          }
           break;
         case 9:
           want(f, kLen);
@@ -604,19 +658,18 @@ class Scanner {
           break;
       }
     }
-    if (dims.size() > 0x7FFFFFF0u) unsupported("too many dims");
-    r_.init_name.push_back(name);
-    r_.init_dtype.push_back(int32_t(dtype));
-    r_.init_dims_off.push_back(int32_t(dims.size()));
-    r_.init_flags.push_back(flags);
-    r_.init_ext.push_back(ext);
-    r_.init_start.push_back(pos(tf.start));
-    r_.init_end.push_back(pos(tf.end));
-    r_.init_loc.push_back(loc);
-    r_.init_raw_start.push_back(raw_start);
-    r_.init_raw_len.push_back(raw_len);
-    auto& t = r_.init_typed;
-    t.insert(t.end(), typed, typed + 6);
+    if (dims.size() > 0x7FFFFFF0u || c.dtype.size() > 0x7FFFFFF0u) unsupported("too many dims");
+    c.dtype.push_back(int32_t(dtype));
+    c.dims_off.push_back(int32_t(dims.size()));
+    c.flags.push_back(flags);
+    c.ext.push_back(ext);
+    c.start.push_back(pos(tf.start));
+    c.end.push_back(pos(tf.end));
+    c.loc.push_back(loc);
+    c.raw_start.push_back(raw_start);
+    c.raw_len.push_back(raw_len);
+    c.typed.insert(c.typed.end(), typed, typed + 6);
+    return name;
   }
 
   int32_t value_info(const Field& vf, bool spans) {
@@ -652,6 +705,23 @@ int64_t expose(const std::vector<T>& v, const T** out) {
   return int64_t(v.size());
 }
 
+// The column of r->init ("init_...") or r->at ("at_..."), else null.
+template <class T>
+const std::vector<T>* tensor_col(const gos_result* r, const char* name) {
+  const TensorCols* c = nullptr;
+  if (!std::strncmp(name, "init_", 5)) {
+    c = &r->init;
+    name += 5;
+  } else if (!std::strncmp(name, "at_", 3)) {
+    c = &r->at;
+    name += 3;
+  } else {
+    return nullptr;
+  }
+  if constexpr (sizeof(T) == 4) return c->i32(name);
+  else return c->i64(name);
+}
+
 }  // namespace
 
 extern "C" {
@@ -682,6 +752,7 @@ int gos_status(const gos_result* r) { return r->status; }
 const char* gos_message(const gos_result* r) { return r->message.c_str(); }
 
 int64_t gos_i32(const gos_result* r, const char* name, const int32_t** out) {
+  if (const auto* col = tensor_col<int32_t>(r, name)) return expose(*col, out);
   if (!std::strcmp(name, "node_op")) return expose(r->node_op, out);
   if (!std::strcmp(name, "node_dom")) return expose(r->node_dom, out);
   if (!std::strcmp(name, "node_name")) return expose(r->node_name, out);
@@ -694,10 +765,7 @@ int64_t gos_i32(const gos_result* r, const char* name, const int32_t** out) {
   if (!std::strcmp(name, "attr_name")) return expose(r->attr_name, out);
   if (!std::strcmp(name, "attr_flags")) return expose(r->attr_flags, out);
   if (!std::strcmp(name, "init_name")) return expose(r->init_name, out);
-  if (!std::strcmp(name, "init_dtype")) return expose(r->init_dtype, out);
-  if (!std::strcmp(name, "init_dims_off")) return expose(r->init_dims_off, out);
-  if (!std::strcmp(name, "init_flags")) return expose(r->init_flags, out);
-  if (!std::strcmp(name, "init_ext")) return expose(r->init_ext, out);
+  if (!std::strcmp(name, "at_attr")) return expose(r->at_attr, out);
   if (!std::strcmp(name, "input_name")) return expose(r->input_name, out);
   if (!std::strcmp(name, "output_name")) return expose(r->output_name, out);
   if (!std::strcmp(name, "vi_name")) return expose(r->vi_name, out);
@@ -706,10 +774,6 @@ int64_t gos_i32(const gos_result* r, const char* name, const int32_t** out) {
   if (!std::strcmp(name, "node_end")) return expose(r->node_end, out);
   if (!std::strcmp(name, "attr_start")) return expose(r->attr_start, out);
   if (!std::strcmp(name, "attr_end")) return expose(r->attr_end, out);
-  if (!std::strcmp(name, "init_start")) return expose(r->init_start, out);
-  if (!std::strcmp(name, "init_end")) return expose(r->init_end, out);
-  if (!std::strcmp(name, "init_raw_start")) return expose(r->init_raw_start, out);
-  if (!std::strcmp(name, "init_raw_len")) return expose(r->init_raw_len, out);
   if (!std::strcmp(name, "vi_start")) return expose(r->vi_start, out);
   if (!std::strcmp(name, "vi_end")) return expose(r->vi_end, out);
   if (!std::strcmp(name, "str_off")) return expose(r->str_off, out);
@@ -717,9 +781,7 @@ int64_t gos_i32(const gos_result* r, const char* name, const int32_t** out) {
 }
 
 int64_t gos_i64(const gos_result* r, const char* name, const int64_t** out) {
-  if (!std::strcmp(name, "init_dims")) return expose(r->init_dims, out);
-  if (!std::strcmp(name, "init_loc")) return expose(r->init_loc, out);
-  if (!std::strcmp(name, "init_typed")) return expose(r->init_typed, out);
+  if (const auto* col = tensor_col<int64_t>(r, name)) return expose(*col, out);
   if (!std::strcmp(name, "model_info")) return expose(r->model_info, out);
   return -1;
 }

@@ -4,8 +4,9 @@
  * returns flat arrays: per top-level node its byte span, op type, domain,
  * name, input and output names (CSR), its attribute fields (spans and
  * flags); per initializer its span, name, element type, dims, storage
- * facts; the graph's input / output / value_info names; one table of every
- * string, interned. It never trusts a length: every read is bounded by the
+ * facts, and the same facts of each attribute tensor (an attribute's one
+ * `t` field: a Constant's value); the graph's input / output / value_info
+ * names; one table of every string, interned. It never trusts a length: every read is bounded by the
  * enclosing message, and a malformed file is a status, never a crash.
  *
  * It is an accelerator, not a parser of record: Python parses the same

@@ -75,3 +75,60 @@ def external_model(folder: Path, data: str = "w.bin", seed: int = 0) -> Path:
     """x @ W (W in external file `data`) -> erf GELU."""
     w = np.random.default_rng(seed).standard_normal((EXTERNAL_H, EXTERNAL_H)).astype(np.float32)
     return matmul_gelu_model(w, folder / "model.onnx", data)
+
+
+def odd_tensors() -> dict[str, onnx.TensorProto]:
+    """A TensorProto stored each way the format allows, well-formed or not
+    (the scanner's per-tensor columns and the validation of each tensor):
+    raw_data, every typed field, strings, external, segment, doc, metadata,
+    negative / zero / huge dims, unknown types."""
+    def t(name, dtype, dims, **fields):
+        x = onnx.TensorProto(name=name, data_type=dtype, dims=dims)
+        for k, v in fields.items():
+            if k == "external":
+                x.data_location = onnx.TensorProto.EXTERNAL
+                for key, val in v.items():
+                    x.external_data.add(key=key, value=val)
+            elif k == "metadata":
+                x.metadata_props.add(key="k", value=v)
+            elif k == "segment":
+                x.segment.begin, x.segment.end = v
+            elif isinstance(v, (list, tuple)):
+                getattr(x, k).extend(v)
+            else:
+                setattr(x, k, v)
+        return x
+
+    f4 = np.arange(6, dtype=np.float32).tobytes()
+    return {
+        "raw": t("raw", T.FLOAT, [2, 3], raw_data=f4),
+        "raw-scalar": t("", T.FLOAT, [], raw_data=f4[:4]),
+        "raw-short": t("short", T.FLOAT, [2, 3], raw_data=f4[:8]),
+        "raw-long": t("long", T.FLOAT, [2], raw_data=f4),
+        "raw-empty": t("empty", T.INT64, [0, 5], raw_data=b""),
+        "raw-int4": t("i4", T.INT4, [5], raw_data=b"\x12\x34\x05"),
+        "raw-fp8": t("f8", T.FLOAT8E4M3FN, [2], raw_data=b"\x01\x02"),
+        "float-data": t("fd", T.FLOAT, [3], float_data=[1.0, 2.0, 3.0]),
+        "float-data-long": t("fdl", T.FLOAT, [2], float_data=[1.0, 2.0, 3.0]),
+        "int32-data": t("i8", T.INT8, [2, 2], int32_data=[1, -2, 3, 4]),
+        "int64-data": t("i64", T.INT64, [2], int64_data=[-1, 2 ** 40]),
+        "double-data": t("d", T.DOUBLE, [1], double_data=[0.5]),
+        "uint64-data": t("u64", T.UINT64, [2], uint64_data=[1, 2 ** 63]),
+        "string-data": t("s", T.STRING, [2], string_data=[b"ab", b""]),
+        "raw-and-typed": t("rt", T.FLOAT, [2], raw_data=f4[:8], float_data=[1.0]),
+        "negative-dim": t("neg", T.FLOAT, [-1, 3], raw_data=f4),
+        "huge-dims": t("huge", T.FLOAT, [2 ** 40, 2 ** 40, 0], raw_data=b""),
+        "huge-count": t("hc", T.UINT8, [2 ** 31, 2 ** 31], raw_data=b"\x00"),
+        "unknown-type": t("u", 99, [1], raw_data=b"\x00"),
+        "undefined-type": t("und", T.UNDEFINED, [1], raw_data=b"\x00"),
+        "external-escape": t("ext", T.FLOAT, [2], external={"location": "../outside.bin", "length": "8"}),
+        "external-missing": t("extm", T.FLOAT, [2], external={"location": "w.bin"}),
+        "external-entries-inside": _with_entries(t("exti", T.FLOAT, [1], raw_data=f4[:4])),
+        "segment": t("seg", T.FLOAT, [6], raw_data=f4, segment=(0, 6)),
+        "doc-and-metadata": t("doc", T.FLOAT, [1], raw_data=f4[:4], doc_string="why", metadata="v"),
+    }
+
+
+def _with_entries(x: onnx.TensorProto) -> onnx.TensorProto:
+    x.external_data.add(key="location", value="w.bin")  # data_location stays DEFAULT
+    return x

@@ -4,7 +4,8 @@
 // inserted), each in a buffer of exactly its size (one byte read past the end
 // is an ASan error). The scanner must return a status for each, never crash;
 // after an OK scan every array must be self-consistent (offsets in range,
-// spans inside the buffer, ids inside the string table).
+// spans inside the buffer, ids inside the string table), the initializers'
+// and the attribute tensors' columns alike.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +51,42 @@ void check_spans(const gos_result* r, const char* a, const char* b, size_t size)
     if (s[i] < 0 || e[i] < s[i] || size_t(e[i]) > size) fail(a);
 }
 
+// One per-tensor column set ("init_" or "at_"): rows tensors, each column
+// that long, dims by an offset array, raw_data inside the tensor's field.
+int64_t check_tensors(const gos_result* r, const char* prefix, size_t size) {
+  auto col32 = [&](const char* c, const int32_t** out) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%s%s", prefix, c);
+    return gos_i32(r, name, out);
+  };
+  auto col64 = [&](const char* c, const int64_t** out) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%s%s", prefix, c);
+    return gos_i64(r, name, out);
+  };
+  const int32_t *dtype, *dims_off, *start, *end, *raw_start, *raw_len, *x;
+  const int64_t *dims, *typed, *y;
+  int64_t n = col32("dtype", &dtype);
+  for (const char* c : {"flags", "ext", "start", "end", "raw_start", "raw_len"})
+    if (col32(c, &x) != n) fail(c);
+  if (col64("loc", &y) != n || col64("typed", &typed) != 6 * n) fail("loc / typed");
+  int64_t ndims = col64("dims", &dims);
+  if (col32("dims_off", &dims_off) != n + 1 || dims_off[0] != 0 || dims_off[n] != ndims) fail("dims_off");
+  col32("start", &start);
+  col32("end", &end);
+  col32("raw_start", &raw_start);
+  col32("raw_len", &raw_len);
+  for (int64_t k = 0; k < n; ++k) {
+    if (dims_off[k + 1] < dims_off[k]) fail("dims_off");
+    if (start[k] < 0 || end[k] < start[k] || size_t(end[k]) > size) fail("tensor span");
+    if ((raw_len[k] < 0) != (raw_start[k] < 0)) fail("raw_data");
+    if (raw_len[k] >= 0 && (raw_start[k] < start[k] || raw_start[k] + int64_t(raw_len[k]) > end[k])) fail("raw_data");
+    for (int j = 0; j < 6; ++j)
+      if (typed[6 * k + j] < 0) fail("typed");
+  }
+  return n;
+}
+
 void check(const gos_result* r, size_t size) {
   if (gos_status(r) != GOS_OK) return;
   const int32_t* off;
@@ -65,8 +102,22 @@ void check(const gos_result* r, size_t size) {
   if (gos_i32(r, "node_attr_off", &attr_off) != nodes + 1) fail("node_attr_off");
   check_spans(r, "node_start", "node_end", size);
   check_spans(r, "attr_start", "attr_end", size);
-  check_spans(r, "init_start", "init_end", size);
   check_spans(r, "vi_start", "vi_end", size);
+  const int32_t* init_name;
+  if (check_tensors(r, "init_", size) != gos_i32(r, "init_name", &init_name)) fail("init_name");
+  // each attribute tensor inside its attribute, at most one per attribute, in order
+  const int32_t *at_attr, *at_start, *at_end, *attr_start, *attr_end;
+  int64_t nat = check_tensors(r, "at_", size);
+  int64_t nattr = gos_i32(r, "attr_start", &attr_start);
+  gos_i32(r, "attr_end", &attr_end);
+  if (gos_i32(r, "at_attr", &at_attr) != nat) fail("at_attr");
+  gos_i32(r, "at_start", &at_start);
+  gos_i32(r, "at_end", &at_end);
+  for (int64_t k = 0; k < nat; ++k) {
+    int32_t a = at_attr[k];
+    if (a < 0 || a >= nattr || (k && a <= at_attr[k - 1])) fail("at_attr");
+    if (at_start[k] < attr_start[a] || at_end[k] > attr_end[a]) fail("at span");
+  }
   for (const char* name : {"node_op", "node_dom", "node_name", "attr_name", "init_name", "input_name",
                            "output_name", "vi_name"}) {
     const int32_t* ids;
