@@ -169,6 +169,60 @@ def test_attribute_tensors_agree_with_onnx():
     assert (s.attr_flags[-6:] & wire.NF_TENSOR).tolist() == [wire.NF_TENSOR] * 5 + [0]
 
 
+def test_fields_protobuf_keeps_as_unknown_are_skipped():
+    """Known field numbers with another wire type, groups and a value
+    outside a closed enum (data_location 7), in the model, the graph, a
+    node, an attribute, its tensor, an initializer, the graph's input and
+    output (model_helpers.unknown_field_models): protobuf keeps each as an
+    unknown field and never reads it; the scanner skips it, and its arrays
+    are what onnx reads. Bytes protobuf refuses (an end-group tag outside
+    its group or of another group, a group left open, groups nested past
+    protobuf's limit of 100) are MALFORMED; 100 deep is read."""
+    from helpers.model_helpers import constant_gelu_model, unknown_field_models
+
+    clean = constant_gelu_model().SerializeToString()
+    for where, data in unknown_field_models().items():
+        s = wire.raw_scan(data)
+        assert s.status == OK and wire.declined(s) is None, (where, s.message)
+        _agree(data, s)
+        assert s.tensors("init_").loc.tolist() == [0, 0] and s.at_loc.tolist() == [0]
+
+    def nested(depth: int) -> bytes:
+        return field_key(9, 3) * depth + field_key(9, 4) * depth
+
+    for data, ok in ((nested(100) + clean, True), (nested(101) + clean, False),
+                     (field_key(9, 4) + clean, False), (field_key(9, 3) + field_key(8, 4) + clean, False),
+                     (clean + field_key(9, 3), False), (clean + field_key(9, 3) + field_key(1, 0) + b"\1", False)):
+        try:
+            onnx.ModelProto.FromString(data)
+            parsed = True
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError
+            parsed = False
+        assert parsed == ok and wire.raw_scan(data).status == (OK if ok else wire.MALFORMED)
+    _agree(nested(100) + clean, wire.scan(nested(100) + clean))
+
+
+def test_a_declined_graph_is_refused_with_the_scanners_reason():
+    """arraytable.graph_table words what the scanner declined: a name that
+    is not UTF-8 (exit 2, docs/safety.md), or the scanner's own reason
+    (here: the graph field twice, which a fuse never meets: protobuf's
+    serialization merges it; exit 3), never one for the other."""
+    from helpers.model_helpers import constant_gelu_model
+
+    from gelu_onnx.errors import InputError, UnsupportedError
+    from gelu_onnx.onnxio.arraytable import graph_table
+
+    m = constant_gelu_model()
+    twice = m.SerializeToString() + _field(7, m.graph.SerializeToString())
+    with pytest.raises(UnsupportedError) as e:
+        graph_table(m.graph, wire.raw_scan(twice), outer=False)
+    assert "not exactly one graph field" in str(e.value) and "UTF-8" not in str(e.value)
+    assert not isinstance(e.value, InputError) and "\n" not in str(e.value)
+    m.graph.node[1].name = "a\0name"
+    with pytest.raises(InputError, match="not UTF-8 or holds a NUL byte"):
+        graph_table(m.graph, wire.raw_scan(m.SerializeToString()), outer=False)
+
+
 def test_scan_agrees_with_onnx_on_bundled_models():
     for path in MODELS:
         data = path.read_bytes()
@@ -233,6 +287,8 @@ def test_the_scanner_under_asan_and_ubsan(tmp_path):
     """tests/native/scan/scan_fuzz.cpp: the scanner compiled with ASan/UBSan,
     fed bundled models and seeded mutations of them in exactly sized buffers;
     every OK scan's arrays checked for internal consistency."""
+    from helpers.model_helpers import unknown_field_models
+
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
     if not cxx:
         pytest.skip("no C++ compiler")
@@ -247,6 +303,9 @@ def test_the_scanner_under_asan_and_ubsan(tmp_path):
     odd = tmp_path / "odd-constants.onnx"  # attribute tensors stored every way (the at_* columns)
     odd.write_bytes(_odd_constants().SerializeToString())
     files = [str(p) for p in MODELS[::6]] + [str(hostile), str(odd)]
+    for where in ("attribute", "initializer"):  # fields protobuf keeps as unknown, groups among them
+        files.append(str(tmp_path / f"unknown-{where}.onnx"))
+        Path(files[-1]).write_bytes(unknown_field_models()[where])
     r = subprocess.run([str(exe), "400", *files], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert r.stdout.startswith("ok ")
