@@ -18,7 +18,7 @@ import pytest
 from onnx import helper
 
 from gelu_onnx.onnxio import wire
-from gelu_onnx.onnxio.format import LEN, Source, field_key, iter_fields, varint
+from gelu_onnx.onnxio.format import LEN, Malformed, Source, field_key, iter_fields, varint
 from gelu_onnx.onnxio.wire import OK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,7 +177,8 @@ def test_fields_protobuf_keeps_as_unknown_are_skipped():
     unknown field and never reads it; the scanner skips it, and its arrays
     are what onnx reads. Bytes protobuf refuses (an end-group tag outside
     its group or of another group, a group left open, groups nested past
-    protobuf's limit of 100) are MALFORMED; 100 deep is read."""
+    protobuf's limit of 100) are MALFORMED (onnxio.format.iter_fields:
+    Malformed); 100 deep is read, as one field."""
     from helpers.model_helpers import constant_gelu_model, unknown_field_models
 
     clean = constant_gelu_model().SerializeToString()
@@ -199,6 +200,11 @@ def test_fields_protobuf_keeps_as_unknown_are_skipped():
         except Exception:  # noqa: BLE001 - protobuf's DecodeError
             parsed = False
         assert parsed == ok and wire.raw_scan(data).status == (OK if ok else wire.MALFORMED)
+        try:  # the Python reader of the wire format (onnxio.format) alike
+            fields = [f[:2] for f in iter_fields(Source(data), 0, len(data))]
+        except Malformed:
+            fields = None
+        assert (fields is not None) == ok and (not ok or fields[0] == (9, 3))
     _agree(nested(100) + clean, wire.scan(nested(100) + clean))
 
 

@@ -19,8 +19,8 @@ initializers with exactly one ``raw_data`` field of at least
 ``STRIP_MIN_BYTES`` whose length equals what dims and type require, and no
 other data field. Everything else (small tensors, subgraph initializers,
 sparse initializers, typed data fields) stays in the skeleton and goes the
-normal way. A file this module cannot map field by field (protobuf groups,
-the graph given twice, external data of its own) returns None from
+normal way. A file this module cannot map field by field (the graph given
+twice, external data of its own) returns None from
 ``open_skeleton`` and takes the plain path; a damaged file raises InputError.
 
 onnx.checker resolves external-data locations against the current working

@@ -148,8 +148,8 @@ def unknown_field_models() -> dict[str, bytes]:
     protobuf parses as unknown fields (kept, never read): known field numbers
     with another wire type, a group (onnx.proto declares none), a value
     outside a closed enum. Each parses to constant_gelu_model plus unknown
-    fields; "attribute type 99" is the one onnx.checker refuses (its only
-    type is one protobuf does not read)."""
+    fields ("every message": all of them at once); "attribute type 99" is
+    the one onnx.checker refuses (its only type is one protobuf does not read)."""
     from gelu_onnx.onnxio.format import field_key, varint
 
     def v(n, x=1):
@@ -181,12 +181,15 @@ def unknown_field_models() -> dict[str, bytes]:
         "graph output": lambda m: (m.graph.output[0], f64(1) + v(2)),
         "attribute type 99": lambda m: (m.graph.node[0].attribute[0], v(20, 99)),
     }
-    out = {}
+    out, every = {}, constant_gelu_model()
     for where, add in extra.items():
         m = constant_gelu_model()
         msg, fields = add(m)
         if where == "attribute type 99":
             msg.ClearField("type")
+        else:
+            add(every)[0].MergeFromString(fields)
         msg.MergeFromString(fields)
         out[where] = m.SerializeToString()
+    out["every message"] = every.SerializeToString()
     return out
