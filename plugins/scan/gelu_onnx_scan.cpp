@@ -146,7 +146,8 @@ inline Field next(const uint8_t*& p, const uint8_t* end) {
 // kept, never read), as is a group: `reads` is false, and it is skipped.
 constexpr uint8_t V = 1 << kVarint, F64 = 1 << kFixed64, L = 1 << kLen, F32 = 1 << kFixed32;
 constexpr uint8_t kModelWire[8] = {0, 0, 0, 0, 0, 0, 0, L};  // graph
-constexpr uint8_t kGraphWire[14] = {0, L, 0, 0, 0, L, 0, 0, 0, 0, 0, L, L, L};  // node, initializer, in/outputs, value_info
+// the graph's node, initializer, input, output, value_info
+constexpr uint8_t kGraphWire[14] = {0, L, 0, 0, 0, L, 0, 0, 0, 0, 0, L, L, L};
 constexpr uint8_t kNodeWire[11] = {0, L, L, L, L, L, 0, L, L, L, L};
 constexpr uint8_t kAttrWire[24] = {0, L, 0, 0, 0, L, L, F32 | L, V | L, 0, L, L, 0, 0, L, L, 0, 0, 0, 0, 0, L, L, L};
 constexpr uint8_t kTensorWire[17] = {0, V | L, V, L, F32 | L, V | L, L, V | L, L, L, F64 | L, V | L, L, L, V, 0, L};
