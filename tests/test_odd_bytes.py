@@ -3,7 +3,8 @@ graph names, doc strings, metadata, producer and dim_params hold invalid
 UTF-8 is inspected, fused and checked (exit 0, the bytes kept as they are);
 paths holding byte 0xff work, or are one line, exit 2, printed with the
 byte escaped as \\xff. Never exit 4 (a TypeError from onnx's or ONNX
-Runtime's C++, which take UTF-8 paths only)."""
+Runtime's C++, which take UTF-8 paths only). Fields protobuf parses as
+unknown (a known field with another wire type, groups) are data too."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from helpers.model_helpers import external_model, gelu_model
+from helpers.model_helpers import constant_gelu_model, external_model, gelu_model, unknown_field_models
 
 STRICT = {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"}
 ODD = b"\xff\xfe"
@@ -105,3 +106,30 @@ def test_non_utf8_paths_work_or_are_one_line(tmp_path):
         assert r.returncode == 2 and r.stderr.count(b"\n") == 1, r.stderr
         assert r.stderr.startswith(b"gelu-onnx: error: " + os.fsencode(tmp_path) + b"/dir\\xff\\xfe/bad\\xff\\xfe.onnx: "
                                    b"the input model fails onnx.checker"), r.stderr
+
+
+def test_fields_protobuf_keeps_as_unknown_are_fused_as_the_clean_model(tmp_path):
+    """A known field with another wire type, a group, a value outside a
+    closed enum, in each message (model_helpers.unknown_field_models):
+    protobuf keeps them as unknown fields, onnx.checker and ONNX Runtime
+    never see them, and fuse writes the clean model's nodes (it refused
+    such a model as "a name that is not UTF-8": the scanner declined the
+    bytes). The one onnx.checker refuses is one line, exit 2, in its words."""
+    clean = tmp_path / "clean.onnx"
+    clean.write_bytes(constant_gelu_model().SerializeToString())
+    assert gelu("fuse", str(clean), "-o", str(tmp_path / "clean-fused.onnx")).returncode == 0
+    want = list(onnx.load(str(tmp_path / "clean-fused.onnx")).graph.node)
+    assert [n.op_type for n in want] == ["GeluErf"]
+    for k, (where, data) in enumerate(unknown_field_models().items()):
+        src, out = tmp_path / f"m{k}.onnx", tmp_path / f"f{k}.onnx"
+        src.write_bytes(data)
+        r = gelu("fuse", str(src), "-o", str(out))
+        if where == "attribute type 99":
+            assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and not out.exists(), r.stderr
+            assert b"fails onnx.checker: Field 'type' of 'attr' is required" in r.stderr, r.stderr
+            continue
+        assert r.returncode == 0 and r.stderr == b"", (where, r.stderr)
+        fused = onnx.load(str(out))
+        fused.DiscardUnknownFields()
+        assert list(fused.graph.node) == want, where
+        assert src.read_bytes() == data

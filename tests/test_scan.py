@@ -18,7 +18,7 @@ import pytest
 from onnx import helper
 
 from gelu_onnx.onnxio import wire
-from gelu_onnx.onnxio.format import LEN, Source, field_key, iter_fields, varint
+from gelu_onnx.onnxio.format import LEN, Malformed, Source, field_key, iter_fields, varint
 from gelu_onnx.onnxio.wire import OK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,12 +73,9 @@ def _agree(data: bytes, s) -> None:
     attrs = [a for n in g.node for a in n.attribute]
     for a in range(len(attrs)):
         [(_, _, _, v0, v1)] = iter_fields(src, int(s.attr_start[a]), int(s.attr_end[a]))
-        fields = list(iter_fields(src, v0, v1))
-        nums = [f[0] for f in fields]
+        nums = [num for num, wt, *_ in iter_fields(src, v0, v1) if wt == LEN]  # other wire types: unknown
         if nums.count(5) == 1 and not {10, 22, 23} & set(nums):
-            [(_, _, _, t0, t1)] = [f for f in fields if f[0] == 5]
-            if all(wt in _TENSOR_WIRE.get(num, (wt,)) for num, wt, *_ in iter_fields(src, t0, t1)):
-                rows.append(a)
+            rows.append(a)
     assert s.at_attr.tolist() == rows
     at = s.tensors("at_")
     for k, a in enumerate(rows):
@@ -127,12 +124,6 @@ def _odd_constants() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-# TensorProto's fields and the wire types onnx.proto gives them (repeated
-# scalars packed or not): a tensor with another is not mapped by the scanner
-_TENSOR_WIRE = {1: (0, 2), 2: (0,), 3: (2,), 4: (5, 2), 5: (0, 2), 6: (2,), 7: (0, 2), 8: (2,), 9: (2,),
-                10: (1, 2), 11: (0, 2), 12: (2,), 13: (2,), 14: (0,), 16: (2,)}
-
-
 def _field(num: int, payload: bytes) -> bytes:
     return field_key(num, LEN) + varint(len(payload)) + payload
 
@@ -143,8 +134,7 @@ def test_attribute_tensors_agree_with_onnx():
     writes: raw_data twice (the last counts), a t field twice (protobuf
     merges: no row, read from the proto), t beside tensors / a sparse tensor
     (no row), a tensor field with another wire type (protobuf keeps it as an
-    unknown field: no row, and the scan stays OK), an attribute with no
-    tensor at all."""
+    unknown field: a row without it), an attribute with no tensor at all."""
     from helpers.model_helpers import odd_tensors
 
     odd, sparse = odd_tensors(), _sparse()
@@ -162,7 +152,7 @@ def test_attribute_tensors_agree_with_onnx():
         head + _field(5, t1) + _field(5, t2),  # t twice: merged by protobuf, no row
         head + _field(5, t1) + _field(10, t2),  # t and tensors: no row
         head + _field(5, t1) + _field(22, sparse.SerializeToString()),  # t and a sparse tensor: no row
-        head + _field(5, t1 + field_key(2, LEN) + varint(1) + b"\1"),  # data_type as bytes: no row, scan OK
+        head + _field(5, t1 + field_key(2, LEN) + varint(1) + b"\1"),  # data_type as bytes: unknown, a row
         onnx.AttributeProto(name="alpha", type=onnx.AttributeProto.FLOAT, f=1.0).SerializeToString(),
     ]
     body = g.SerializeToString() + b"".join(
@@ -173,8 +163,70 @@ def test_attribute_tensors_agree_with_onnx():
     s = wire.scan(data)
     assert s is not None
     _agree(data, s)
-    assert s.at_attr[-1] == len(s.attr_flags) - 6 and s.at_raw_len[-1] == 24
+    n = len(s.attr_flags)
+    assert s.at_attr[-2:].tolist() == [n - 6, n - 2] and s.at_raw_len[-2] == 24
+    assert s.at_dtype[-1] == odd["raw"].data_type
     assert (s.attr_flags[-6:] & wire.NF_TENSOR).tolist() == [wire.NF_TENSOR] * 5 + [0]
+
+
+def test_fields_protobuf_keeps_as_unknown_are_skipped():
+    """Known field numbers with another wire type, groups and a value
+    outside a closed enum (data_location 7), in the model, the graph, a
+    node, an attribute, its tensor, an initializer, the graph's input and
+    output (model_helpers.unknown_field_models): protobuf keeps each as an
+    unknown field and never reads it; the scanner skips it, and its arrays
+    are what onnx reads. Bytes protobuf refuses (an end-group tag outside
+    its group or of another group, a group left open, groups nested past
+    protobuf's limit of 100) are MALFORMED (onnxio.format.iter_fields:
+    Malformed); 100 deep is read, as one field."""
+    from helpers.model_helpers import constant_gelu_model, unknown_field_models
+
+    clean = constant_gelu_model().SerializeToString()
+    for where, data in unknown_field_models().items():
+        s = wire.raw_scan(data)
+        assert s.status == OK and wire.declined(s) is None, (where, s.message)
+        _agree(data, s)
+        assert s.tensors("init_").loc.tolist() == [0, 0] and s.at_loc.tolist() == [0]
+
+    def nested(depth: int) -> bytes:
+        return field_key(9, 3) * depth + field_key(9, 4) * depth
+
+    for data, ok in ((nested(100) + clean, True), (nested(101) + clean, False),
+                     (field_key(9, 4) + clean, False), (field_key(9, 3) + field_key(8, 4) + clean, False),
+                     (clean + field_key(9, 3), False), (clean + field_key(9, 3) + field_key(1, 0) + b"\1", False)):
+        try:
+            onnx.ModelProto.FromString(data)
+            parsed = True
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError
+            parsed = False
+        assert parsed == ok and wire.raw_scan(data).status == (OK if ok else wire.MALFORMED)
+        try:  # the Python reader of the wire format (onnxio.format) alike
+            fields = [f[:2] for f in iter_fields(Source(data), 0, len(data))]
+        except Malformed:
+            fields = None
+        assert (fields is not None) == ok and (not ok or fields[0] == (9, 3))
+    _agree(nested(100) + clean, wire.scan(nested(100) + clean))
+
+
+def test_a_declined_graph_is_refused_with_the_scanners_reason():
+    """arraytable.graph_table words what the scanner declined: a name that
+    is not UTF-8 (exit 2, docs/safety.md), or the scanner's own reason
+    (here: the graph field twice, which a fuse never meets: protobuf's
+    serialization merges it; exit 3), never one for the other."""
+    from helpers.model_helpers import constant_gelu_model
+
+    from gelu_onnx.errors import InputError, UnsupportedError
+    from gelu_onnx.onnxio.arraytable import graph_table
+
+    m = constant_gelu_model()
+    twice = m.SerializeToString() + _field(7, m.graph.SerializeToString())
+    with pytest.raises(UnsupportedError) as e:
+        graph_table(m.graph, wire.raw_scan(twice), outer=False)
+    assert "not exactly one graph field" in str(e.value) and "UTF-8" not in str(e.value)
+    assert not isinstance(e.value, InputError) and "\n" not in str(e.value)
+    m.graph.node[1].name = "a\0name"
+    with pytest.raises(InputError, match="not UTF-8 or holds a NUL byte"):
+        graph_table(m.graph, wire.raw_scan(m.SerializeToString()), outer=False)
 
 
 def test_scan_agrees_with_onnx_on_bundled_models():
@@ -241,6 +293,8 @@ def test_the_scanner_under_asan_and_ubsan(tmp_path):
     """tests/native/scan/scan_fuzz.cpp: the scanner compiled with ASan/UBSan,
     fed bundled models and seeded mutations of them in exactly sized buffers;
     every OK scan's arrays checked for internal consistency."""
+    from helpers.model_helpers import unknown_field_models
+
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
     if not cxx:
         pytest.skip("no C++ compiler")
@@ -255,6 +309,9 @@ def test_the_scanner_under_asan_and_ubsan(tmp_path):
     odd = tmp_path / "odd-constants.onnx"  # attribute tensors stored every way (the at_* columns)
     odd.write_bytes(_odd_constants().SerializeToString())
     files = [str(p) for p in MODELS[::6]] + [str(hostile), str(odd)]
+    for where in ("attribute", "initializer"):  # fields protobuf keeps as unknown, groups among them
+        files.append(str(tmp_path / f"unknown-{where}.onnx"))
+        Path(files[-1]).write_bytes(unknown_field_models()[where])
     r = subprocess.run([str(exe), "400", *files], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert r.stdout.startswith("ok ")

@@ -346,33 +346,36 @@ def _written_once_in_order(s, more_given, outer: bool) -> bool:
 
 def scanned_table(model) -> ArrayTable | None:
     """The main graph of ``model`` (a ModelProto, not validated here) as an
-    ArrayTable of its own serialization (onnxio.wire.scan_model); None as
-    for graph_table."""
-    from .wire import scan_model
+    ArrayTable of its own serialization; None as for graph_table."""
+    from .wire import raw_scan
 
-    return graph_table(model.graph, scan_model(model), outer=False)
+    return graph_table(model.graph, raw_scan(model.SerializeToString()), outer=False)
 
 
 def subgraph_table(graph) -> ArrayTable | None:
-    """An If/Loop/Scan body as an ArrayTable (onnxio.wire.scan_graph); None as for graph_table."""
-    from .wire import scan_graph
+    """An If/Loop/Scan body as an ArrayTable (onnxio.wire.as_model); None as for graph_table."""
+    from .wire import as_model, raw_scan
 
-    return graph_table(graph, scan_graph(graph), outer=True)
+    return graph_table(graph, raw_scan(as_model(graph)), outer=True)
 
 
 def graph_table(g, s, outer: bool) -> ArrayTable | None:
-    """``g`` as the ArrayTable of ``s`` (a scan of its bytes), or None when
-    a name is written twice or read before it is written (a graph out of
-    topological order: fusion/plan.py sorts one); InputError when the
-    scanner declined the bytes (a name that is not UTF-8 or holds a NUL:
-    one line, exit 2). Subgraphs,
+    """``g`` as the ArrayTable of ``s`` (wire.raw_scan of its own
+    serialization), or None when a name is written twice or read before it
+    is written (a graph out of topological order: fusion/plan.py sorts
+    one); when the scanner declined the bytes, one line with its reason
+    (wire.declined): InputError for a name that is not UTF-8 or holds a NUL
+    (exit 2), else UnsupportedError (out of memory: exit 3). Subgraphs,
     function-attribute references and sparse initializers are covered (a
     sparse initializer is a name the graph writes, never a constant)."""
-    if s is None:  # protobuf's own serialization: only a name the scanner declines
-        from ..errors import InputError
+    from .wire import OK, declined
 
-        raise InputError(f"graph {g.name!r}: a name that is not UTF-8 or holds a NUL byte; the fuse pass "
-                         "reads UTF-8 names only (docs/safety.md, names)")
+    why = declined(s)
+    if why is not None:
+        from ..errors import InputError, UnsupportedError
+
+        names = s is not None and s.status == OK  # a whole scan: its names are what it declines
+        raise (InputError if names else UnsupportedError)(f"graph {g.name!r}: {why}")
     if not _same_counts(g, s):
         return None
     sparse = s.find_many([t.values.name for t in g.sparse_initializer]) if len(g.sparse_initializer) else []

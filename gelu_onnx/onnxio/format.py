@@ -146,6 +146,7 @@ def tensor_embedded_bytes(t: TensorProto) -> int:
 # --- the protobuf wire format ------------------------------------------------------
 
 LEN = 2  # length-delimited wire type
+MAX_DEPTH = 100  # protobuf's nesting limit (upb's and C++'s default): it refuses deeper messages
 
 
 class Unsupported(Exception):
@@ -201,9 +202,12 @@ class Source:
 
 def iter_fields(src: Source, start: int, end: int):
     """(field number, wire type, field start, value start, field end) of each
-    field of the message at [start, end); never reads outside that range."""
+    field of the message at [start, end); never reads outside that range. A
+    group is one field, to its end-group tag (protobuf keeps it as an unknown
+    field: onnx.proto declares none), wrong nesting Malformed as protobuf has it."""
     pos = start
     win, base = b"", 0
+    groups: list[int] = []  # the numbers of the groups open, outermost first
     while pos < end:
         # a field header (key + length or varint value) is at most 20 bytes
         if pos - base + 20 > len(win) and base + len(win) < end:
@@ -224,14 +228,28 @@ def iter_fields(src: Source, start: int, end: int):
             i = vstart + n
         elif wt == 5:
             vstart, i = i, i + 4
-        elif wt in (3, 4):
-            raise Unsupported("protobuf groups")
+        elif wt == 3:
+            if len(groups) == MAX_DEPTH:
+                raise Malformed("groups nested deeper than protobuf reads")
+            if not groups:
+                group = (num, base + fstart, base + i)
+            groups.append(num)
+            vstart = i
+        elif wt == 4:
+            if not groups or groups.pop() != num:
+                raise Malformed("an end-group tag outside its group")
+            vstart = i
         else:
             raise Malformed(f"invalid wire type {wt}")
         pos = base + i
         if pos > end:
             raise Malformed("a field runs past the end of its message")
-        yield num, wt, base + fstart, base + vstart, pos
+        if wt == 4 and not groups:
+            yield group[0], 3, group[1], group[2], pos
+        elif not groups:
+            yield num, wt, base + fstart, base + vstart, pos
+    if groups:
+        raise Malformed("a group runs past the end of its message")
 
 
 def field_key(num: int, wt: int) -> bytes:

@@ -111,12 +111,12 @@ def load_model(path) -> LoadedModel:
 
 def _scan(data: bytes, model: onnx.ModelProto):
     """The native scanner's reading of the bytes ``model`` was parsed from;
-    of the model's own serialization when it declines those (protobuf
-    groups, a field given twice: protobuf normalises them)."""
+    of the model's own serialization when it declines those (the graph
+    field given twice: protobuf merges it)."""
     from . import wire
 
     s = wire.scan(data)
-    return s if s is not None else wire.scan_model(model)
+    return s if s is not None else wire.scan(model.SerializeToString())
 
 
 def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:

@@ -19,8 +19,8 @@ initializers with exactly one ``raw_data`` field of at least
 ``STRIP_MIN_BYTES`` whose length equals what dims and type require, and no
 other data field. Everything else (small tensors, subgraph initializers,
 sparse initializers, typed data fields) stays in the skeleton and goes the
-normal way. A file this module cannot map field by field (protobuf groups,
-the graph given twice, external data of its own) returns None from
+normal way. A file this module cannot map field by field (the graph given
+twice, external data of its own) returns None from
 ``open_skeleton`` and takes the plain path; a damaged file raises InputError.
 
 onnx.checker resolves external-data locations against the current working
@@ -154,7 +154,7 @@ class Skeleton:
         buf = model.SerializeToString()  # small: the weights are placeholders
         try:
             src = Source(buf)
-            graphs = [f for f in iter_fields(src, 0, len(buf)) if f[0] == _GRAPH]
+            graphs = [f for f in iter_fields(src, 0, len(buf)) if f[:2] == (_GRAPH, LEN)]
         except (Malformed, Unsupported) as e:  # we serialized it: a bug
             raise GeluOnnxError(f"splice: cannot re-read the fused skeleton ({e})") from None
         if len(graphs) != 1:
@@ -246,8 +246,8 @@ def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stri
     walk costs about what one scan does (docs/design.md, the file pipeline)."""
     size = src.size
     top = list(iter_fields(src, 0, size))
-    graphs = [f for f in top if f[0] == _GRAPH]
-    if len(graphs) != 1 or graphs[0][1] != LEN:
+    graphs = [f for f in top if f[:2] == (_GRAPH, LEN)]  # another wire type: an unknown field to protobuf
+    if len(graphs) != 1:
         raise Unsupported("not exactly one graph field")  # io words the missing-graph error
     _, _, gstart, gval, gend = graphs[0]
     stripped: list[_Stripped] = []

@@ -5,10 +5,13 @@ work without one Python object per node.
 The library is required: ``scan`` raises ScannerMissing when it is not
 built (``gelu-onnx info`` says so). ``scan(data)`` returns a ``Scan`` or
 None: None when the bytes are anything it does not map exactly (malformed,
-protobuf groups, the graph field twice, a name that is not UTF-8 or holds a
-NUL...). ``scan_model`` scans a parsed model's own serialization (protobuf
-normalises groups and repeated fields). A Scan is a fact about bytes that
-protobuf also parsed; nothing here refuses a file.
+the graph field twice, a name that is not UTF-8 or holds a NUL...;
+``declined`` says which, in words). Fields protobuf keeps as unknown (a
+known field with another wire type, groups, a value outside a closed enum)
+are skipped, as protobuf skips them: the arrays are what protobuf parsed.
+A model whose bytes it declines is scanned as protobuf re-serializes it
+(which merges a field given twice). A Scan is a fact about bytes that protobuf also parsed;
+nothing here refuses a file.
 
 The arrays (main graph only): per node ``node_op``, ``node_dom``,
 ``node_name`` (string ids), ``node_flags`` (NF_*), ``node_start`` /
@@ -23,9 +26,8 @@ stored), ``init_raw_start`` / ``init_raw_len`` (-1: no raw_data),
 string, int64, double, uint64), ``init_start`` / ``init_end``; per attribute
 tensor the same columns named ``at_*`` (no name), ``at_attr`` its attribute:
 one row for each attribute whose only tensor is one ``t`` field (a
-Constant's value; ``t`` twice, ``tensors``, sparse tensors and a tensor with
-a field of another wire type are read from the proto), ``at_start`` /
-``at_end`` that field's span; the graph's
+Constant's value; ``t`` twice, ``tensors`` and sparse tensors are read
+from the proto), ``at_start`` / ``at_end`` that field's span; the graph's
 ``input_name``, ``output_name``, ``vi_name`` (+ ``vi_start`` / ``vi_end``);
 ``model_info`` = the graph field's key, value start and end; ``names``: the
 string table. Sparse initializers are skipped (not in the arrays: the
@@ -264,30 +266,34 @@ def raw_scan(data: bytes) -> Scan | None:
     return Scan(lib, handle, status, message, arrays, raw, data)
 
 
+def declined(s: Scan | None) -> str | None:
+    """Why the fuse pass cannot read ``s`` (raw_scan's answer), in words;
+    None when it can."""
+    if s is None:
+        return "the native model scanner ran out of memory"
+    if s.status != OK:
+        return f"the native model scanner cannot read it ({s.message})"
+    if (s.str_flags & (SF_BAD_UTF8 | SF_NUL)).any():
+        return ("a name that is not UTF-8 or holds a NUL byte; the fuse pass reads UTF-8 names only "
+                "(docs/safety.md, names)")
+    return None
+
+
 def scan(data: bytes) -> Scan | None:
     """A Scan of ``data`` when the scanner maps it exactly, else None (see
-    the module doc)."""
+    the module doc; ``declined`` says why)."""
     s = raw_scan(data)
-    if s is None or s.status != OK or (s.str_flags & (SF_BAD_UTF8 | SF_NUL)).any():
-        return None
-    return s
+    return s if declined(s) is None else None
 
 
-def scan_model(model) -> Scan | None:
-    """A Scan of ``model`` (a ModelProto) as protobuf serializes it: how
-    an in-memory model, a function body or a model whose file bytes the
-    scanner declined (groups, a field twice) is read."""
-    return scan(model.SerializeToString())
-
-
-def scan_graph(graph) -> Scan | None:
-    """A Scan of ``graph`` (a GraphProto: an If/Loop/Scan body) as protobuf
-    serializes it, read as the graph field (7) of a ModelProto holding
-    nothing else: how a subgraph is read."""
+def as_model(graph) -> bytes:
+    """``graph`` (a GraphProto: an If/Loop/Scan body) as protobuf serializes
+    it, as the graph field (7) of a ModelProto holding nothing else: how a
+    subgraph is scanned."""
     body = graph.SerializeToString()
     n, key = len(body), bytearray(b"\x3a")
     while n > 0x7F:
         key.append(0x80 | (n & 0x7F))
         n >>= 7
     key.append(n)
-    return scan(bytes(key) + body)
+    return bytes(key) + body

@@ -1,11 +1,15 @@
 // gelu-onnx: one pass over a serialized ModelProto's main graph (see the header).
 //
 // Field numbers and wire types are onnx.proto's (ModelProto.graph = 7,
-// GraphProto.node = 1, ...). Protobuf semantics mirrored here: a singular
-// scalar or string field given twice keeps the last value, repeated fields
-// accept packed and unpacked encodings. Anything else that protobuf would
-// merge or reinterpret (a singular message twice, a known field with another
-// wire type, groups) makes the result GOS_UNSUPPORTED.
+// GraphProto.node = 1, ...). Protobuf semantics mirrored here (upb, as in
+// onnx's Python, and the C++ protobuf of ONNX Runtime): a singular scalar or
+// string field given twice keeps the last value; repeated scalars accept
+// packed and unpacked encodings; a known field with another wire type, a
+// group (onnx.proto declares none) and a value outside a closed enum are
+// unknown fields, which protobuf keeps and never reads: skipped here too, so
+// the arrays describe what protobuf parsed. What protobuf would merge (a
+// singular message twice, e.g. the graph field) makes the result
+// GOS_UNSUPPORTED.
 #include "gelu_onnx_scan.h"
 
 #include <algorithm>
@@ -58,8 +62,9 @@ inline uint64_t varint(const uint8_t*& p, const uint8_t* end) {
   malformed("a varint is longer than 10 bytes");
 }
 
-// The next field of the message [p, end); p moves past it.
-inline Field next(const uint8_t*& p, const uint8_t* end) {
+// The next field of the message [p, end); p moves past it (of a group,
+// only past its key).
+inline Field field(const uint8_t*& p, const uint8_t* end) {
   Field f{};
   f.start = p;
   uint64_t key = varint(p, end);
@@ -98,7 +103,8 @@ inline Field next(const uint8_t*& p, const uint8_t* end) {
     }
     case kStartGroup:
     case kEndGroup:
-      unsupported("protobuf groups");
+      f.val = p;
+      break;
     default:
       malformed("an invalid wire type");
   }
@@ -106,14 +112,55 @@ inline Field next(const uint8_t*& p, const uint8_t* end) {
   return f;
 }
 
-inline void want(const Field& f, int wt) {
-  if (f.wt != wt) unsupported("a known field with another wire type");
+// Protobuf's nesting limit (upb's and C++'s default): it refuses deeper files.
+constexpr int kMaxDepth = 100;
+
+// The next field of the message [p, end), a group whole (an unknown field:
+// onnx.proto declares no group; protobuf keeps it, groups nested in it too,
+// up to its end-group tag); p moves past it.
+inline Field next(const uint8_t*& p, const uint8_t* end) {
+  Field f = field(p, end);
+  if (f.wt == kEndGroup) malformed("an end-group tag outside its group");
+  if (f.wt == kStartGroup) {
+    uint32_t open[kMaxDepth];
+    int depth = 0;
+    open[depth++] = f.num;
+    while (depth) {
+      if (p >= end) malformed("a group runs past the end of its message");
+      Field g = field(p, end);
+      if (g.wt == kStartGroup) {
+        if (depth == kMaxDepth) malformed("groups nested deeper than protobuf reads");
+        open[depth++] = g.num;
+      } else if (g.wt == kEndGroup && g.num != open[--depth]) {
+        malformed("an end-group tag of another group");
+      }
+    }
+    f.end = p;
+  }
+  return f;
 }
 
-// Packed or unpacked repeated scalars: how many values a field holds.
+// The wire types onnx.proto gives the fields read here, a bit each, by
+// field number (repeated scalars: packed or not). A field of another wire
+// type is an unknown field to protobuf (upb's decoder, and C++ protobuf's:
+// kept, never read), as is a group: `reads` is false, and it is skipped.
+constexpr uint8_t V = 1 << kVarint, F64 = 1 << kFixed64, L = 1 << kLen, F32 = 1 << kFixed32;
+constexpr uint8_t kModelWire[8] = {0, 0, 0, 0, 0, 0, 0, L};  // graph
+// the graph's node, initializer, input, output, value_info
+constexpr uint8_t kGraphWire[14] = {0, L, 0, 0, 0, L, 0, 0, 0, 0, 0, L, L, L};
+constexpr uint8_t kNodeWire[11] = {0, L, L, L, L, L, 0, L, L, L, L};
+constexpr uint8_t kAttrWire[24] = {0, L, 0, 0, 0, L, L, F32 | L, V | L, 0, L, L, 0, 0, L, L, 0, 0, 0, 0, 0, L, L, L};
+constexpr uint8_t kTensorWire[17] = {0, V | L, V, L, F32 | L, V | L, L, V | L, L, L, F64 | L, V | L, L, L, V, 0, L};
+constexpr uint8_t kValueInfoWire[2] = {0, L};  // name
+
+template <size_t N>
+inline bool reads(const uint8_t (&wire)[N], const Field& f) {
+  return f.num < N && ((wire[f.num] >> f.wt) & 1);
+}
+
+// Packed or unpacked repeated scalars (a field `reads` took): how many values it holds.
 int64_t count_repeated(const Field& f, int scalar_wt) {
-  if (f.wt == scalar_wt) return 1;
-  if (f.wt != kLen) unsupported("a known field with another wire type");
+  if (f.wt != kLen) return 1;
   int64_t len = int64_t(f.v);
   if (scalar_wt == kFixed32) {
     if (len % 4) malformed("a packed fixed32 field's length is not a multiple of 4");
@@ -371,8 +418,7 @@ class Scanner {
     const uint8_t* gend = nullptr;
     while (p < end) {
       Field f = next(p, end);
-      if (f.num == 7) {
-        want(f, kLen);
+      if (reads(kModelWire, f)) {
         ++graphs;
         gstart = f.start;
         gval = f.val;
@@ -395,21 +441,17 @@ class Scanner {
  private:
   int32_t pos(const uint8_t* p) const { return int32_t(p - base_); }
 
-  int32_t str(const Field& f) {
-    want(f, kLen);
-    return s_.note(f.val, size_t(f.v));
-  }
+  int32_t str(const Field& f) { return s_.note(f.val, size_t(f.v)); }
 
   void graph(const uint8_t* p, const uint8_t* end) {
     while (p < end) {
       Field f = next(p, end);
+      if (!reads(kGraphWire, f)) continue;
       switch (f.num) {
         case 1:
-          want(f, kLen);
           node(f);
           break;
         case 5:
-          want(f, kLen);
           r_.init_name.push_back(tensor(f, r_.init, true));
           break;
         case 11:
@@ -421,17 +463,6 @@ class Scanner {
         case 13:
           r_.vi_name.push_back(value_info(f, true));
           break;
-        case 15:  // sparse initializers: never constants here; their names come from the proto
-        case 2:
-        case 10:
-          want(f, kLen);
-          break;
-        case 14:
-        case 16:
-          want(f, kLen);
-          break;
-        default:
-          break;  // unknown fields: kept by protobuf, unused here
       }
     }
   }
@@ -441,6 +472,7 @@ class Scanner {
     const uint8_t* p = nf.val;
     while (p < nf.end) {
       Field f = next(p, nf.end);
+      if (!reads(kNodeWire, f)) continue;
       switch (f.num) {
         case 1:
           r_.in_ids.push_back(str(f));
@@ -458,25 +490,16 @@ class Scanner {
           dom = str(f);
           break;
         case 8:
-          want(f, kLen);
           flags |= NF_OVERLOAD;
           break;
         case 5:
-          want(f, kLen);
           flags |= attribute(f);
           break;
-        case 6:
-          want(f, kLen);
-          break;
         case 9:
-          want(f, kLen);
           flags |= NF_METADATA;
           break;
         case 10:
-          want(f, kLen);
           flags |= NF_DEVICE;
-          break;
-        default:
           break;
       }
     }
@@ -495,35 +518,22 @@ class Scanner {
 
   // An attribute's fields; its tensor, when its only tensor content is one
   // `t` field (a Constant's value), into the at_* columns (a `t` given twice
-  // is merged by protobuf, `tensors` and sparse tensors, and a tensor this
-  // scanner does not map are left to Python: the file's scan stays OK).
+  // is merged by protobuf, `tensors` and sparse tensors are left to Python).
   int32_t attribute(const Field& af) {
     int32_t name = 0, flags = 0, ts = 0, others = 0;
     Field t{};
     const uint8_t* p = af.val;
     while (p < af.end) {
       Field f = next(p, af.end);
+      if (!reads(kAttrWire, f)) continue;
       switch (f.num) {
         case 1:
           name = str(f);
           break;
         case 21:
-          want(f, kLen);
           flags |= NF_REF;
           break;
-        case 13:
-        case 4:
-          want(f, kLen);
-          break;
-        case 20:
-        case 3:
-          want(f, kVarint);
-          break;
-        case 2:
-          want(f, kFixed32);
-          break;
         case 5:
-          want(f, kLen);
           flags |= NF_TENSOR;
           t = f;
           ++ts;
@@ -531,42 +541,28 @@ class Scanner {
         case 10:
         case 22:
         case 23:
-          want(f, kLen);
           flags |= NF_TENSOR;
           ++others;
           break;
         case 6:
         case 11:
-          want(f, kLen);
           flags |= NF_SUBGRAPH;
           break;
         case 14:
         case 15:
-          want(f, kLen);
           flags |= NF_TYPEPROTO;
           break;
         case 7:
-          count_repeated(f, kFixed32);
+          count_repeated(f, kFixed32);  // (a packed length protobuf refuses: MALFORMED)
           break;
         case 8:
           count_repeated(f, kVarint);
           break;
-        case 9:
-          want(f, kLen);
-          break;
-        default:
-          break;
       }
     }
     if (ts == 1 && !others) {
-      size_t dims = r_.at.dims.size();
-      try {
-        tensor(t, r_.at, false);
-        r_.at_attr.push_back(int32_t(r_.attr_start.size()));
-      } catch (const Stop& stop) {
-        if (stop.status != GOS_UNSUPPORTED) throw;
-        r_.at.dims.resize(dims);  // a tensor not mapped here (a field with another wire type): no row
-      }
+      tensor(t, r_.at, false);
+      r_.at_attr.push_back(int32_t(r_.attr_start.size()));
     }
     r_.attr_name.push_back(name);
     r_.attr_flags.push_back(flags);
@@ -587,22 +583,20 @@ class Scanner {
     const uint8_t* p = tf.val;
     while (p < tf.end) {
       Field f = next(p, tf.end);
+      if (!reads(kTensorWire, f)) continue;
       switch (f.num) {
         case 1:
           if (f.wt == kVarint) {
             dims.push_back(int64_t(f.v));
           } else {
-            want(f, kLen);
             const uint8_t* q = f.val;
             while (q < f.end) dims.push_back(int64_t(varint(q, f.end)));
           }
           break;
         case 2:
-          want(f, kVarint);
           dtype = int64_t(int32_t(uint32_t(f.v)));  // int32 field: protobuf truncates
           break;
         case 3:
-          want(f, kLen);
           flags |= IF_SEGMENT;
           break;
         case 4:
@@ -612,7 +606,6 @@ class Scanner {
           typed[1] += count_repeated(f, kVarint);
           break;
         case 6:
-          want(f, kLen);
           typed[2] += 1;
           break;
         case 7:
@@ -625,36 +618,26 @@ class Scanner {
           typed[5] += count_repeated(f, kVarint);
           break;
         case 8:
-          if (named) {
-            name = str(f);
-          } else {
-            want(f, kLen);
-          }
+          if (named) name = str(f);
           break;
         case 9:
-          want(f, kLen);
           if (flags & IF_RAW) flags |= IF_RAW_TWICE;
           flags |= IF_RAW;
           raw_start = pos(f.val);
           raw_len = int32_t(f.v);
           break;
         case 12:
-          want(f, kLen);
           flags |= IF_DOC;
           break;
         case 13:
-          want(f, kLen);
           ++ext;
           break;
         case 14:
-          want(f, kVarint);
-          loc = int64_t(f.v);  // an enum: values outside it are the caller's to judge
+          // a closed enum (DEFAULT, EXTERNAL) of 32 bits: protobuf keeps any other value as an unknown field
+          if (uint32_t(f.v) <= 1) loc = int64_t(uint32_t(f.v));
           break;
         case 16:
-          want(f, kLen);
           flags |= IF_METADATA;
-          break;
-        default:
           break;
       }
     }
@@ -673,16 +656,11 @@ class Scanner {
   }
 
   int32_t value_info(const Field& vf, bool spans) {
-    want(vf, kLen);
     int32_t name = 0;
     const uint8_t* p = vf.val;
     while (p < vf.end) {
       Field f = next(p, vf.end);
-      if (f.num == 1) {
-        name = str(f);
-      } else if (f.num == 2 || f.num == 3 || f.num == 4) {
-        want(f, kLen);
-      }
+      if (reads(kValueInfoWire, f)) name = str(f);
     }
     if (spans) {
       r_.vi_start.push_back(pos(vf.start));

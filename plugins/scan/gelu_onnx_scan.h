@@ -9,10 +9,11 @@
  * names; one table of every string, interned. It never trusts a length: every read is bounded by the
  * enclosing message, and a malformed file is a status, never a crash.
  *
- * It is an accelerator, not a parser of record: Python parses the same
- * bytes with protobuf too, and anything this scanner does not map exactly
- * (protobuf groups, a known field with another wire type, the graph field
- * twice, ...) is GOS_UNSUPPORTED, and the caller takes its ordinary path.
+ * It is not a parser of record: Python parses the same bytes with protobuf
+ * too. The arrays describe what protobuf parsed: fields protobuf keeps as
+ * unknown (a known field with another wire type, groups, a value outside a
+ * closed enum) are skipped; what it would merge (the graph field twice) is
+ * GOS_UNSUPPORTED, and the caller scans protobuf's own serialization.
  * No CPython API, no dependencies (loaded with ctypes).
  */
 #ifndef GELU_ONNX_SCAN_H

@@ -132,3 +132,64 @@ def odd_tensors() -> dict[str, onnx.TensorProto]:
 def _with_entries(x: onnx.TensorProto) -> onnx.TensorProto:
     x.external_data.add(key="location", value="w.bin")  # data_location stays DEFAULT
     return x
+
+
+def constant_gelu_model() -> onnx.ModelProto:
+    """gelu_model with its 0.5 a Constant node (so the graph has an attribute and an attribute tensor)."""
+    m = gelu_model()
+    half = m.graph.initializer.pop()
+    assert half.name == "c_half"
+    m.graph.node.insert(0, h.make_node("Constant", [], ["c_half"], value=half))
+    return m
+
+
+def unknown_field_models() -> dict[str, bytes]:
+    """constant_gelu_model's bytes with, in one message each (the key), fields
+    protobuf parses as unknown fields (kept, never read): known field numbers
+    with another wire type, a group (onnx.proto declares none), a value
+    outside a closed enum. Each parses to constant_gelu_model plus unknown
+    fields ("every message": all of them at once); "attribute type 99" is
+    the one onnx.checker refuses (its only type is one protobuf does not read)."""
+    from gelu_onnx.onnxio.format import field_key, varint
+
+    def v(n, x=1):
+        return field_key(n, 0) + varint(x)
+
+    def f32(n):
+        return field_key(n, 5) + b"\0\0\x80\x3f"
+
+    def f64(n):
+        return field_key(n, 1) + bytes(8)
+
+    def ld(n, p):
+        return field_key(n, 2) + varint(len(p)) + p
+
+    def group(n):  # a group holding a field and a nested group
+        return field_key(n, 3) + v(1) + field_key(2, 3) + ld(3, b"x") + field_key(2, 4) + field_key(n, 4)
+
+    extra = {
+        "model": lambda m: (m, v(7) + ld(1, b"\x08") + v(8, 0) + group(7) + f32(14)),
+        "graph": lambda m: (m.graph, v(1, 0) + f32(5) + f64(11) + v(12) + f32(13) + v(2) + group(1) + v(15, 0)),
+        "node": lambda m: (m.graph.node[1], v(1) + f32(4) + v(5, 0) + f64(7) + group(5) + v(3, 0) + f32(10)),
+        "attribute": lambda m: (m.graph.node[0].attribute[0],
+                                v(1) + f32(5) + ld(20, b"\x04") + v(2) + group(5) + f32(10) + v(22, 0) + v(6, 0)
+                                + f64(21)),
+        "attribute tensor": lambda m: (m.graph.node[0].attribute[0].t, ld(2, b"\x01") + v(9) + f64(1) + v(14, 7)),
+        "initializer": lambda m: (m.graph.initializer[0],
+                                  ld(2, b"\x01") + f32(1) + v(9, 3) + f64(8) + v(14, 7) + group(9) + v(4) + f64(5)),
+        "graph input": lambda m: (m.graph.input[0], v(1) + f32(2) + group(2)),
+        "graph output": lambda m: (m.graph.output[0], f64(1) + v(2)),
+        "attribute type 99": lambda m: (m.graph.node[0].attribute[0], v(20, 99)),
+    }
+    out, every = {}, constant_gelu_model()
+    for where, add in extra.items():
+        m = constant_gelu_model()
+        msg, fields = add(m)
+        if where == "attribute type 99":
+            msg.ClearField("type")
+        else:
+            add(every)[0].MergeFromString(fields)
+        msg.MergeFromString(fields)
+        out[where] = m.SerializeToString()
+    out["every message"] = every.SerializeToString()
+    return out

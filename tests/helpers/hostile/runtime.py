@@ -15,7 +15,7 @@ from onnx import helper as h
 
 from helpers.hostile.judge import Attack
 from helpers.hostile.cases import IO, case, consts, erf_chain, ext, model, plain, raw, register, same_function
-from helpers.model_helpers import EXTERNAL_H, gelu_model
+from helpers.model_helpers import EXTERNAL_H, gelu_model, unknown_field_models
 
 MS = "com.microsoft"
 STRICT = {"LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8:strict"}
@@ -188,6 +188,14 @@ def _graph_name_doc_string_metadata_and_dim_param_not_utf8(root):
     out = root / "f.onnx"
     return Attack(["fuse", root / "m.onnx", "-o", out, "--json"], True, env=STRICT, may_change=(out,),
                   after=lambda r: __import__("json").loads(r.stdout))
+
+
+@case("bytes")
+def _fields_of_another_wire_type_and_groups_in_every_message(root):
+    """Unknown fields to protobuf (model_helpers.unknown_field_models): a valid model, fused."""
+    src, out = root / "m.onnx", root / "f.onnx"
+    src.write_bytes(unknown_field_models()["every message"])
+    return Attack(["fuse", src, "-o", out], True, may_change=(out,), after=same_function(src, out, (3, 8)))
 
 
 @case("bytes")
