@@ -178,6 +178,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
         out.append(GraphPlan(idx, cands, misses + legacy_misses, sets=sets))
 
     visit(model.graph, table, None, "")
+    visit = None  # a recursive closure is a reference cycle (holding `out`): no cycle collector runs during a fuse
     return Plan(out, default_opset(model))
 
 
@@ -367,6 +368,10 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
     for g in plan.graphs:  # inner graphs first: a parent then writes its nodes' new bodies
         if g.selected or g.selected_sets:
             rewrite_graph(g, names, res, dead, tidy=not nested)
+        # the index's matches point back at it (Match.index): with no cycle
+        # collector during a fuse (files._no_cycle_collection) that cycle
+        # would keep the graph's arrays alive while the checkers run
+        g.index.region_inputs = {}
     if not res.fusions:
         return
     if nested:  # names cross scopes: dead constants and stale value_info over every graph
