@@ -8,8 +8,9 @@ onnx.load + onnx.save of the same file, side by side in one harness.
 
 Each run is its own process (interpreter start and imports included), timed
 wall-clock, reaped with os.wait4 for its peak RSS (bench_fuse.measure). The
-two commands alternate, A B A B ..., so each pair sees the same machine
-state; the table gives the median of each and the median of the per-pair
+commands alternate, their order rotating each round (a run right after the
+bare one was seen to pay more system time), so each pair sees the same
+machine state; the table gives the median of each and the median of the per-pair
 ratios (the figure that holds on a shared, drifting machine).
 
   bare      python -c "onnx.load(IN); onnx.save(model, OUT)"
@@ -58,8 +59,12 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
         if before:
             cmds["before"] = ([py, "-S", *fuse], before)
         runs: dict[str, list[dict]] = {k: [] for k in cmds}
-        for _ in range(repeats + warmup):  # the first `warmup` rounds warm caches and are not counted
-            for name, (argv, cwd) in cmds.items():
+        names = list(cmds)
+        for rnd in range(repeats + warmup):  # the first `warmup` rounds warm caches and are not counted
+            # the order rotates: a run right after the bare one paid up to 0.8 s
+            # more system time (page zeroing after its exit), charged to one side when fixed
+            for name in names[rnd % len(names):] + names[:rnd % len(names)]:
+                argv, cwd = cmds[name]
                 warm_cache([path])
                 load = os.getloadavg()[0]
                 r = _run_in(argv, timeout, cwd)
@@ -76,6 +81,8 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
     b = [r["seconds"] for r in runs["bare"]]
     ac = [r["cpu_seconds"] for r in runs["gelu-onnx"]]
     bc = [r["cpu_seconds"] for r in runs["bare"]]
+    au = [r["user_seconds"] for r in runs["gelu-onnx"]]
+    bu = [r["user_seconds"] for r in runs["bare"]]
     said = re.match(r"fused (\d+) GELUs", runs["gelu-onnx"][-1].get("stdout", ""))
     fused = int(said.group(1)) if said else None
     rec = {"file": os.path.basename(path), "bytes": os.path.getsize(path), "nodes": node_count(path),
@@ -84,6 +91,7 @@ def bench(path: str, repeats: int, timeout: float, warmup: int = 1, before: str 
            "ratio_min": min(x / y for x, y in zip(a, b)), "ratio_max": max(x / y for x, y in zip(a, b)),
            "gelu_onnx_cpu_s": statistics.median(ac), "bare_cpu_s": statistics.median(bc),
            "cpu_ratio_median": statistics.median(x / y for x, y in zip(ac, bc)),
+           "user_ratio_median": statistics.median(x / y for x, y in zip(au, bu)),
            "gelu_onnx_peak_rss": max(r["peak_rss"] for r in runs["gelu-onnx"]),
            "bare_peak_rss": max(r["peak_rss"] for r in runs["bare"]),
            "loadavg": [min(r["loadavg_before"] for v in runs.values() for r in v),
@@ -122,8 +130,10 @@ def markdown(doc: dict) -> str:
         f"Machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, {m['memory_bytes'] / 2**30:.0f} GiB RAM, "
         f"Linux {m['kernel']}; python {v['python']}, onnx {v['onnx']}, onnxruntime {v['onnxruntime']}, "
         f"numpy {v['numpy']}; gelu-onnx {m['gelu_onnx_commit']}  ",
-        "Each cell: median over the counted pairs (one process per run, A B A B, a warm-up pair first); "
-        "ratio = median of gelu-onnx / bare per pair, in wall seconds and in CPU seconds (user + system). "
+        "Each cell: median over the counted pairs (one process per run, the order rotating each round, a "
+        "warm-up round first); ratio = median of gelu-onnx / bare per pair, in wall seconds and in CPU seconds "
+        "(user + system; user alone after `user`: system time, mostly the kernel zeroing fresh pages, is the "
+        "noisiest part on a shared VM). "
         "The machine is shared: 1-minute load average before the runs is given (2 = both cores busy).",
         "",
         "| GELUs | nodes | file | gelu-onnx s | bare s | ratio (min-max) | CPU s gelu-onnx / bare (ratio) "
@@ -137,7 +147,8 @@ def markdown(doc: dict) -> str:
         lines.append(
             f"| {r['fused']} {r['file'] if not r['file'].startswith('synth-') else ''}| {r['nodes']} | {r['bytes'] / 1e6:.1f} MB | {r['gelu_onnx_s']:.2f} | {r['bare_s']:.2f} "
             f"| {r['ratio_median']:.1f}x ({r['ratio_min']:.1f}-{r['ratio_max']:.1f}) "
-            f"| {r['gelu_onnx_cpu_s']:.2f} / {r['bare_cpu_s']:.2f} ({r['cpu_ratio_median']:.1f}x) "
+            f"| {r['gelu_onnx_cpu_s']:.2f} / {r['bare_cpu_s']:.2f} ({r['cpu_ratio_median']:.1f}x"
+            f"{'; user %.1fx' % r['user_ratio_median'] if 'user_ratio_median' in r else ''}) "
             f"| {r['gelu_onnx_s'] / r['nodes'] * 1e6:.0f} "
             f"| {r['gelu_onnx_peak_rss'] / 2**20:.0f} / {r['bare_peak_rss'] / 2**20:.0f} MiB "
             f"| {js} | {before} | {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f} |")

@@ -134,7 +134,8 @@ def measure(argv: list[str], timeout: float) -> dict:
         so.seek(0)
         se.seek(0)
         out, err = so.read().decode(errors="replace"), se.read().decode(errors="replace")
-    rec: dict = {"seconds": wall, "cpu_seconds": ru.ru_utime + ru.ru_stime, "peak_rss": ru.ru_maxrss * 1024,
+    rec: dict = {"seconds": wall, "cpu_seconds": ru.ru_utime + ru.ru_stime, "user_seconds": ru.ru_utime,
+                 "peak_rss": ru.ru_maxrss * 1024,
                  "stdout": out[:200]}
     if p.returncode != 0:
         rec["error"] = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
