@@ -19,8 +19,7 @@ import onnx
 import onnx.inliner
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto as T
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from gelu_onnx import verify
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
