@@ -265,6 +265,13 @@ def varint(v: int) -> bytes:
     return bytes(out)
 
 
+def len_field(payload: bytes, number: int = 1) -> bytes:
+    """``payload`` as one length-delimited field ``number`` (default 1:
+    GraphProto's node): models are assembled from serialized parts, so no node
+    passes through a Python protobuf object twice."""
+    return field_key(number, LEN) + varint(len(payload)) + payload
+
+
 
 # ModelProto's top-level fields (onnx.proto) and their wire types
 MODEL_FIELDS = {1: 0, 2: LEN, 3: LEN, 4: LEN, 5: 0, 6: LEN, 7: LEN, 8: LEN, 14: LEN, 20: LEN,

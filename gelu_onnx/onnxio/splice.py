@@ -47,8 +47,8 @@ from ..errors import GeluOnnxError, InputError, UnsupportedError
 from .load import LoadedModel
 from .fileops import cleanup, copy_range, new_mode, tmp_in, write_all
 from ..interrupts import critical, fault, unwinding
-from .format import (LEN, MAX_PROTO_BYTES, Malformed, Source, Unsupported, field_key, iter_fields, tensor_nbytes,
-                     varint)
+from .format import (LEN, MAX_PROTO_BYTES, Malformed, Source, Unsupported, field_key, iter_fields, len_field,
+                     tensor_nbytes, varint)
 from .save import SavedModel, check_output_path
 from .validate import validate_model
 from .walk import iter_tensors
@@ -271,7 +271,7 @@ def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stri
         raise Unsupported("the weights are not most of the file")
     parts.append(src.read(run, gend))
     graph = b"".join(parts)
-    out = src.read(0, gstart) + field_key(_GRAPH, LEN) + varint(len(graph)) + graph + src.read(gend, size)
+    out = src.read(0, gstart) + len_field(graph, _GRAPH) + src.read(gend, size)
     return out, stripped
 
 
@@ -301,4 +301,4 @@ def _placeholder(src: Source, fs: int, vs: int, fe: int, location: str, strip_mi
         e = t.external_data.add()
         e.key, e.value = k, v
     body = t.SerializeToString()
-    return _Stripped(t.name, fs, fe, field_key(_INITIALIZER, LEN) + varint(len(body)) + body)
+    return _Stripped(t.name, fs, fe, len_field(body, _INITIALIZER))

@@ -290,10 +290,6 @@ def as_model(graph) -> bytes:
     """``graph`` (a GraphProto: an If/Loop/Scan body) as protobuf serializes
     it, as the graph field (7) of a ModelProto holding nothing else: how a
     subgraph is scanned."""
-    body = graph.SerializeToString()
-    n, key = len(body), bytearray(b"\x3a")
-    while n > 0x7F:
-        key.append(0x80 | (n & 0x7F))
-        n >>= 7
-    key.append(n)
-    return bytes(key) + body
+    from .format import len_field
+
+    return len_field(graph.SerializeToString(), 7)

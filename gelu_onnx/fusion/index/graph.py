@@ -75,7 +75,7 @@ def constant_node_value(node: NodeProto, i: int) -> ConstInfo | None:
     return None
 
 
-def elem_type_of(value: np.ndarray, fallback: int, node: NodeProto) -> int:
+def elem_type_of(fallback: int, node: NodeProto) -> int:
     return cast_to(node) or fallback if node.op_type == "Cast" else fallback
 
 
@@ -368,7 +368,7 @@ class GraphIndex:
                     node = self.nodes[i]
                     folded = fold(node, [c.value for c in ins])
                     if folded is not None:
-                        et = elem_type_of(folded, ins[0].elem_type, node)
+                        et = elem_type_of(ins[0].elem_type, node)
                         return ConstInfo(folded, et, producer=i)
             return None
         if self.parent is not None:

@@ -41,8 +41,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto, helper
 
-from .emit import MARK, field, fill, join, node_bytes, pieces, table_strings
+from .emit import MARK, fill, join, node_bytes, pieces, table_strings
 from ..match.numeric import region_key, region_types
+from ...onnxio.format import len_field
 from ..plan import MIN_SAVED_SHARE
 
 
@@ -130,18 +131,18 @@ def check_model(model: ModelProto, plan) -> bytes | None:
             inserts.extend(got)
     for last, x, root, key in firsts:
         tx, troot, rank = classes[key]
-        body = b"".join(field(node_bytes("Add", [n, zero(et, rank)], [fresh(f"{n}_check")]))
+        body = b"".join(len_field(node_bytes("Add", [n, zero(et, rank)], [fresh(f"{n}_check")]))
                         for n, et in ((x, tx), (root, troot)))
         inserts.append((last, 2, body))
     if gone.sum() < MIN_SAVED_SHARE * t.n:
         return None
     nodes = _nodes(s, ~gone, inserts)
-    inits = b"".join(field(helper.make_tensor(n, et, [1] * rank, [0]).SerializeToString(), 5)
+    inits = b"".join(len_field(helper.make_tensor(n, et, [1] * rank, [0]).SerializeToString(), 5)
                      for (et, rank), n in zeros.items())
     gstart, gval, gend = (int(v) for v in s.model_info)
     graph = nodes + _other_fields(s, gval, gend) + inits
     head = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import).SerializeToString()
-    return head + field(graph, 7)
+    return head + len_field(graph, 7)
 
 
 def _inner_outputs(idx, mt) -> list[str]:
@@ -198,9 +199,10 @@ def _set_standins(idx, ss, rows, tx, troot, rank, zero, declared, gone, fresh):
 
 def _single(mt, tx, troot, zero: str, fresh) -> bytes:
     if tx == troot:
-        return field(node_bytes("Add", [mt.leaf, zero], [mt.root]))
+        return len_field(node_bytes("Add", [mt.leaf, zero], [mt.root]))
     tmp = fresh(f"{mt.root}_check")
-    return field(node_bytes("Add", [mt.leaf, zero], [tmp])) + field(node_bytes("Cast", [tmp], [mt.root], to=troot))
+    return (len_field(node_bytes("Add", [mt.leaf, zero], [tmp]))
+            + len_field(node_bytes("Cast", [tmp], [mt.root], to=troot)))
 
 
 def _nodes(s, keep: np.ndarray, inserts: list) -> bytes:

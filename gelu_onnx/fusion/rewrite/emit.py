@@ -20,7 +20,7 @@ import numpy as np
 from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 
 from ... import contract as C
-from ...onnxio.format import LEN, Source, iter_fields, varint
+from ...onnxio.format import LEN, Source, iter_fields
 from ...onnxio.walk import subgraphs, walk_graphs
 from ..report import Match
 
@@ -447,13 +447,6 @@ def join(parts: list[str], values: dict[str, np.ndarray], strings: Strings, m: i
     off = np.zeros(m + 1, np.int64)
     np.cumsum(np.stack(lens, axis=1).sum(axis=1), out=off[1:])
     return out.tobytes(), off
-
-
-def field(payload: bytes, number: int = 1) -> bytes:
-    """``payload`` as one length-delimited protobuf field (default: GraphProto's
-    node): models are assembled from serialized parts, so no node passes
-    through a Python protobuf object twice."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def node_bytes(op: str, ins: list[str], outs: list[str], **ints) -> bytes:

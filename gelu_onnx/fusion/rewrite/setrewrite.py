@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .emit import MARK, emit_nodes, field, fill, join, pieces, remove_indices, split, table_strings
+from .emit import MARK, emit_nodes, fill, join, pieces, remove_indices, split, table_strings
 from ...onnxio.arraytable import unique
+from ...onnxio.format import len_field
 from ..report import Fusion, Match, record
 from ..match.trace import TraceEscape
 from ... import contract as C
@@ -129,7 +130,7 @@ def _emit_all(g, names, dead: set, checking: bool = True) -> list:
             nodes = emit(mt, s.emission, s.compute_type, s.use_bias, gen)
             removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
             dead.update(mt.consts)
-        edits.append((max(mt.nodes), b"".join(field(n.SerializeToString()) for n in nodes), removed))
+        edits.append((max(mt.nodes), b"".join(len_field(n.SerializeToString()) for n in nodes), removed))
         read.append(t.scan.find_many([x for n in nodes for x in n.input if x]))
         written.append(t.scan.find_many([x for n in nodes for x in n.output if x]))
     for tpl in tpls:
@@ -276,7 +277,7 @@ def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set, ti
     else:
         firsts = lasts = kept
     data = s.data
-    items = [(f, 1, field(graph.node[f].SerializeToString()) if f in nested else data[start[f]:end[la]])
+    items = [(f, 1, len_field(graph.node[f].SerializeToString()) if f in nested else data[start[f]:end[la]])
              for f, la in zip(firsts.tolist(), lasts.tolist())]
     items += [(p, 0, body) for p, body in at.items()]
     items.sort(key=lambda it: (it[0], it[1]))
