@@ -7,6 +7,7 @@ import sys
 
 from .interrupts import preload, unwinding
 from .ortlib import runtime_env
+from .streams import reopen_closed
 
 # what every command imports; --help / --version need the parser only, and
 # fuse / inspect no runtime (and not the parity checker)
@@ -15,6 +16,7 @@ _FILE_COMMANDS = ("fuse", "inspect")
 
 
 def main() -> int:
+    reopen_closed()  # before anything is opened
     runtime_env()  # before onnxruntime is imported: no telemetry files, no warning about them
     with unwinding():
         try:
@@ -28,7 +30,10 @@ def main() -> int:
             return cli_main()
         except KeyboardInterrupt as e:  # outside a command's own handling (the imports, argparse)
             signum = getattr(e, "signum", 2)
-            print(f"gelu-onnx: terminated by signal {signum}", file=sys.stderr)
+            try:
+                print(f"gelu-onnx: terminated by signal {signum}", file=sys.stderr)
+            except (OSError, ValueError):  # stderr full or gone: the exit code says it
+                pass
             return 128 + signum
 
 
