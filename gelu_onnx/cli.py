@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 
-from . import __version__, interrupts, streams
+from . import __version__, interrupts, memlimit, streams
 from .files import require_file
 from .errors import GeluOnnxError
 from .fusion import targets
@@ -121,20 +121,23 @@ def providers_arg(s: str) -> list[str]:
     return ps
 
 
-def _int_at_least(low: int):
-    """An argparse type: an integer >= low."""
+def _int_at_least(low: int, high: int | None = None):
+    """An argparse type: an integer >= low (and <= high)."""
     def parse(s: str) -> int:
         try:
             v = int(s)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got '{s}'") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
+        if v < low or (high is not None and v > high):
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}" + (f" and <= {high}" if high else "")
+                                             + f", got {v}")
         return v
     return parse
 
 
 positive_int, nonneg_int = _int_at_least(1), _int_at_least(0)
+# ONNX Runtime starts every intra-op thread asked for: 10**5 of them hang the machine
+thread_count = _int_at_least(1, 1024)
 
 
 def finite_float(s: str) -> float:
@@ -360,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=targets.TARGETS, default=targets.DEFAULT,
                    help=f"target when FUSED is not given (default {targets.DEFAULT})")
     add_input_args(p, BENCH_DIM_DEFAULT)
-    p.add_argument("--threads", type=positive_int, default=2, help="intra-op threads (default 2)")
+    p.add_argument("--threads", type=thread_count, default=2, help="intra-op threads (default 2)")
     p.add_argument("--warmup", type=nonneg_int, default=10, help="untimed runs per session (default 10)")
     p.add_argument("--repeats", type=positive_int, default=50, help="timed runs per session (default 50)")
     p.add_argument("--opt-levels", default="basic,all", metavar="LIST",
@@ -413,7 +416,13 @@ def main(argv=None) -> int:
 
 def _run(args, debug: bool) -> int:
     try:
-        return args.func(args)
+        try:
+            return args.func(args)
+        except Exception as e:  # an allocation failure, however it surfaced, is named as such (exit 3)
+            if debug or not memlimit.allocation_failed(e):
+                raise
+            paths = [getattr(args, k, None) for k in ("input", "original", "fused")] + list(getattr(args, "models", []))
+            raise memlimit.not_enough(f"run gelu-onnx {args.command}", models=[p for p in paths if p]) from None
     except GeluOnnxError as e:
         if debug:
             raise

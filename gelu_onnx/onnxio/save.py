@@ -18,6 +18,7 @@ from .format import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, e
 from .fileops import (Folder, backup, claim, cleanup, copy_into, folder_lock, makedirs, new_mode, path_arg,
                       reflink, same_bytes, same_file, source_mode, tmp_in)
 from ..interrupts import critical, fault, unwinding
+from ..memlimit import not_enough, short_of
 from .irversion import ModelFacts, model_facts
 from .load import LoadedModel
 from .validate import Validator, one_line
@@ -322,7 +323,9 @@ def _save_in(model, folder: Folder, where: str, shown_out: str, out_dir: str, so
         if facts.embedded <= max_proto_bytes - margin:
             try:
                 payload = given if given is not None else model.SerializeToString()
-            except EncodeError:
+            except (EncodeError, MemoryError):  # not the 2 GB limit: its payloads are below it
+                if short_of(facts.embedded):
+                    raise not_enough(f"write {where}", facts.embedded) from None
                 payload = None
             if payload is not None and len(payload) > max_proto_bytes:
                 payload = None
@@ -339,7 +342,9 @@ def _save_in(model, folder: Folder, where: str, shown_out: str, out_dir: str, so
                                f"written to external data file {name} next to {os.path.basename(out)}")
             try:
                 payload = model.SerializeToString()
-            except EncodeError:
+            except (EncodeError, MemoryError):
+                if short_of(facts.embedded // 8):
+                    raise not_enough(f"write {where}", facts.embedded // 8) from None
                 raise UnsupportedError(f"{where}: the graph itself is over 2 GB even "
                                        "without tensor payloads") from None
         fd, tmp = tmp_in(folder.path, os.path.basename(out), pending, out, new_mode(out))
