@@ -332,7 +332,7 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
             if not in_memory:
                 interrupts.fault("write:checker")
                 if utf8_path(saved.path):
-                    _checker(saved.path, shown)
+                    _checker(saved.through_folder(), shown)
                 else:  # onnx takes UTF-8 paths only: the model, from its folder
                     with _cwd(os.path.dirname(saved.path)):
                         _checker(model, shown)

@@ -132,12 +132,15 @@ def test_a_data_file_name_is_claimed_once(tmp_path):
 
 # --- filesystems without hard links (vfat, exFAT, many SMB/FUSE mounts) ---------------
 
-NO_LINK = """import errno, os, runpy, sys
+NO_LINK = """import errno, fcntl, os, runpy, sys
 def refused(*a, **k):
     with open(os.environ["LINKS_TRIED"], "a") as f:
         f.write("x")
     raise OSError(errno.EPERM, "Operation not permitted")
+def no_lock(*a, **k):
+    raise OSError(errno.EOPNOTSUPP, "Operation not supported")
 os.link = refused
+fcntl.flock = no_lock
 sys.argv = ["gelu-onnx", *sys.argv[1:]]
 runpy.run_module("gelu_onnx", run_name="__main__")
 """
@@ -170,7 +173,8 @@ def writes_without_links(root: Path, run) -> None:
 
 
 def test_writes_where_link_is_refused(tmp_path):
-    """link() refused as vfat refuses it (EPERM), in a child process."""
+    """link() refused as vfat refuses it (EPERM), and flock() as some SMB/FUSE
+    mounts do, in a child process."""
     tried = tmp_path / "links-tried"
     tried.touch()
 

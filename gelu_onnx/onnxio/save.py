@@ -52,6 +52,12 @@ class SavedModel:
             self.created.clear()
             self._close()
 
+    def through_folder(self) -> str:
+        """``path`` named through the folder the write opened (until it
+        commits or rolls back): what was written there, wherever the
+        folder's path now leads."""
+        return self.path if self.folder is None else os.path.join(self.folder.path, os.path.basename(self.path))
+
     def _close(self) -> None:
         if self.folder is not None:
             self.folder.close()

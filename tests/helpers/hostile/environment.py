@@ -1,7 +1,7 @@
 """The hostile suite, the environment a command is started in (issue 33):
 groups ``streams`` (every command with stdin, stdout or stderr closed, on
 /dev/full or a pipe whose other end left), ``nolink`` (a filesystem without
-hard links: link() refused as vfat/exFAT/SMB refuse it), ``swap`` (the
+hard links nor flock: link() refused as vfat/exFAT/SMB refuse it), ``swap`` (the
 output folder renamed or swapped for a link to the input's folder
 mid-write), ``memory`` (an address-space limit, ``ulimit -v``, on a 74 MB
 model of random weights), ``args`` (numeric arguments out of range),
@@ -83,9 +83,11 @@ for _i, (_cmd, _stream, _how) in enumerate((c, s, w) for c in ("fuse", "inspect"
 # --- nolink: link() refused (vfat, exFAT, many SMB/FUSE mounts) -----------------------
 
 def _nolink(argv) -> str:
-    return ("import errno, os\n"
+    """link() refused as vfat refuses it, flock() as some SMB/FUSE mounts do."""
+    return ("import errno, fcntl, os\n"
             "def _refused(*a, **k):\n    raise OSError(errno.EPERM, 'Operation not permitted')\n"
-            "os.link = _refused\n") + _cli(argv)
+            "def _no_lock(*a, **k):\n    raise OSError(errno.EOPNOTSUPP, 'Operation not supported')\n"
+            "os.link = _refused\nfcntl.flock = _no_lock\n") + _cli(argv)
 
 
 def _previous(root: Path) -> tuple[Path, Path]:

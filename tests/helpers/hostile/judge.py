@@ -6,8 +6,10 @@ while the test changes a file under it. Every case is held to the same
 criteria:
 
 - no traceback, no Python warning, no ONNX Runtime log line on stderr;
-- exit 0 only for valid input, 1/2/3 otherwise (128 + n after signal n);
-- a failure is exactly one stderr line, a success prints no error line;
+- exit 0 only for valid input, 1/2/3 otherwise (128 + n after signal n),
+  exactly ``codes`` where the case knows them;
+- a failure is exactly one stderr line, a success prints no error line
+  (stderr the case closes, fills or breaks, ``streams``, is not judged);
 - no byte, mode, link or kind of any pre-existing entry under the case's
   folder changed or removed, except what a successful run was asked to
   write (``may_change``); no new entry at all after a failure (no temp
