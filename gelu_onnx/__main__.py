@@ -3,10 +3,13 @@ script). The signal handlers come before the heavy imports (numpy, onnx,
 onnxruntime: half a second), which run with signals deferred to their end: a
 Ctrl-C or SIGTERM then is one line and exit 128 + n, never a traceback nor
 an ImportError from an interrupted C extension."""
+import os
 import sys
 
+from . import memlimit
 from .interrupts import preload, unwinding
 from .ortlib import runtime_env
+from .streams import reopen_closed
 
 # what every command imports; --help / --version need the parser only, and
 # fuse / inspect no runtime (and not the parity checker)
@@ -15,7 +18,16 @@ _FILE_COMMANDS = ("fuse", "inspect")
 
 
 def main() -> int:
+    reopen_closed()  # before anything is opened
     runtime_env()  # before onnxruntime is imported: no telemetry files, no warning about them
+    if memlimit.limit() is not None:
+        # OpenBLAS (numpy's) maps a buffer per thread at import, and when one
+        # fails it exits the process itself (status 1, "parity failed"):
+        # gelu-onnx does no BLAS work worth threads (ONNX Runtime runs models)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        if memlimit.short_of(memlimit.START_BYTES):
+            _say(f"gelu-onnx: error: {memlimit.not_enough('start gelu-onnx', memlimit.START_BYTES).message}")
+            return memlimit.UnsupportedError.exit_code
     with unwinding():
         try:
             quick = any(a in ("-h", "--help", "--version") for a in sys.argv[1:])
@@ -26,10 +38,22 @@ def main() -> int:
             from .cli import main as cli_main
 
             return cli_main()
+        except (MemoryError, ImportError) as e:  # the imports, under a tight ulimit -v
+            if not memlimit.allocation_failed(e):
+                raise
+            _say(f"gelu-onnx: error: {memlimit.not_enough('start gelu-onnx').message}")
+            return memlimit.UnsupportedError.exit_code
         except KeyboardInterrupt as e:  # outside a command's own handling (the imports, argparse)
             signum = getattr(e, "signum", 2)
-            print(f"gelu-onnx: terminated by signal {signum}", file=sys.stderr)
+            _say(f"gelu-onnx: terminated by signal {signum}")
             return 128 + signum
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):  # stderr full or gone: the exit code says it
+        pass
 
 
 def _reuse_freed_memory() -> None:

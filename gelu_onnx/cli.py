@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import contextlib
-import io
 import json
+import math
 import os
 import sys
 import warnings
 
-from . import __version__, interrupts
+from . import __version__, interrupts, memlimit, streams
 from .files import require_file
 from .errors import GeluOnnxError
 from .fusion import targets
@@ -122,20 +121,34 @@ def providers_arg(s: str) -> list[str]:
     return ps
 
 
-def _int_at_least(low: int):
-    """An argparse type: an integer >= low."""
+def _int_at_least(low: int, high: int | None = None):
+    """An argparse type: an integer >= low (and <= high)."""
     def parse(s: str) -> int:
         try:
             v = int(s)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got '{s}'") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
+        if v < low or (high is not None and v > high):
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}" + (f" and <= {high}" if high else "")
+                                             + f", got {v}")
         return v
     return parse
 
 
 positive_int, nonneg_int = _int_at_least(1), _int_at_least(0)
+# ONNX Runtime starts every intra-op thread asked for: 10**5 of them hang the machine
+thread_count = _int_at_least(1, 1024)
+
+
+def finite_float(s: str) -> float:
+    """An argparse type: a finite number (nan and inf would make every feed nan)."""
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{s}'") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got '{s}'")
+    return v
 
 
 def dims(args) -> dict:
@@ -143,7 +156,7 @@ def dims(args) -> dict:
 
 
 def add_input_args(p, dim_default: int) -> None:
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--inputs", metavar="FILE", help="feed these arrays instead of random ones: .npz, or Polygraphy "
                                                     "saved inputs (JSON, e.g. polygraphy run --save-inputs)")
     p.add_argument("--allow-pickle", action="store_true",
@@ -315,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_input_args(p, DIM_DEFAULT)
     p.add_argument("--iterations", type=positive_int, default=None, metavar="N",
                    help="run N iterations (random inputs: seeds SEED..SEED+N-1; default 1, or every iteration of --inputs)")
-    p.add_argument("--scale", type=float, default=1.0, help="random floats are N(0,1) * SCALE (default 1)")
+    p.add_argument("--scale", type=finite_float, default=1.0, help="random floats are N(0,1) * SCALE (default 1)")
     p.add_argument("--rtol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
                    help="judge float outputs (or one dtype's) by |original-fused| <= atol + rtol*|original| "
                         "instead of the reference; repeatable")
@@ -350,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=targets.TARGETS, default=targets.DEFAULT,
                    help=f"target when FUSED is not given (default {targets.DEFAULT})")
     add_input_args(p, BENCH_DIM_DEFAULT)
-    p.add_argument("--threads", type=positive_int, default=2, help="intra-op threads (default 2)")
+    p.add_argument("--threads", type=thread_count, default=2, help="intra-op threads (default 2)")
     p.add_argument("--warmup", type=nonneg_int, default=10, help="untimed runs per session (default 10)")
     p.add_argument("--repeats", type=positive_int, default=50, help="timed runs per session (default 50)")
     p.add_argument("--opt-levels", default="basic,all", metavar="LIST",
@@ -379,82 +392,37 @@ def cmd_info(args) -> int:
 
 
 def main(argv=None) -> int:
-    ap = build_parser()
-    args = ap.parse_args(argv)  # usage errors: one line, exit 2
-    debug = os.environ.get("GELU_ONNX_DEBUG") == "1"
-    if getattr(args, "verbose", False):  # ONNX Runtime's warnings too (verify.runners reads the level)
-        os.environ.setdefault("GELU_ONNX_ORT_LOG", "2")
-    else:  # Python's warnings (numpy's overflow in a cast of huge random feeds, ...) are not errors
-        warnings.simplefilter("ignore")
-    for stream in (sys.stdout, sys.stderr):  # paths need not be UTF-8: print them escaped, never crash
-        with contextlib.suppress(AttributeError, ValueError):
-            stream.reconfigure(errors=ESCAPE)
-    if sys.stdout is not None:
-        sys.stdout = _Stdout(sys.stdout)
-    # SIGTERM / SIGHUP (timeout, CI cancellation, docker stop, a closed
-    # terminal) unwind like Ctrl-C, so every temp file is removed on the way
+    out, err = streams.install(ESCAPE)
     try:
+        try:
+            args = build_parser().parse_args(argv)  # usage errors: one line, exit 2
+        except SystemExit as e:  # also --help / --version: their text must reach stdout too
+            out.settle(e.code == 0)
+            raise
+        debug = os.environ.get("GELU_ONNX_DEBUG") == "1"
+        if getattr(args, "verbose", False):  # ONNX Runtime's warnings too (verify.runners reads the level)
+            os.environ.setdefault("GELU_ONNX_ORT_LOG", "2")
+        else:  # Python's warnings (numpy's overflow in a cast of huge random feeds, ...) are not errors
+            warnings.simplefilter("ignore")
+        # SIGTERM / SIGHUP (timeout, CI cancellation, docker stop, a closed
+        # terminal) unwind like Ctrl-C, so every temp file is removed on the way
         with interrupts.unwinding():
             code = _run(args, debug)
-        return _flushed(code)
-    finally:
-        if isinstance(sys.stdout, _Stdout):
-            sys.stdout = sys.stdout._stream
-
-
-def _flushed(code: int) -> int:
-    """The report reached stdout, or one line says it did not (a full disk);
-    a closed pipe is the reader going away (``| head``), not an error."""
-    try:
-        sys.stdout.flush()
-    except _StdoutFailed as e:
-        return _stdout_failed(e, code)
-    return code
-
-
-class _StdoutFailed(Exception):
-    pass
-
-
-class _Stdout:
-    """sys.stdout, with its OS errors told apart from every other OSError."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, s):
-        try:
-            return self._stream.write(s)
-        except OSError as e:
-            raise _StdoutFailed(e) from e
-
-    def flush(self):
-        try:
-            self._stream.flush()
-        except OSError as e:
-            raise _StdoutFailed(e) from e
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
-def _stdout_failed(e: _StdoutFailed, code: int) -> int:
-    err = e.args[0]
-    # what is still buffered cannot be written: drop it, so the interpreter's
-    # exit flush does not fail a second time (with a traceback)
-    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    if isinstance(err, BrokenPipeError):
+        out.settle(code == 0)
         return code
-    print(f"gelu-onnx: error: cannot write the report to standard output ({err.strerror or err})", file=sys.stderr)
-    return 2
+    finally:
+        sys.stdout, sys.stderr = out.stream, err.stream
 
 
 def _run(args, debug: bool) -> int:
     try:
-        return args.func(args)
+        try:
+            return args.func(args)
+        except Exception as e:  # an allocation failure, however it surfaced, is named as such (exit 3)
+            if debug or not memlimit.allocation_failed(e):
+                raise
+            paths = [getattr(args, k, None) for k in ("input", "original", "fused")] + list(getattr(args, "models", []))
+            raise memlimit.not_enough(f"run gelu-onnx {args.command}", models=[p for p in paths if p]) from None
     except GeluOnnxError as e:
         if debug:
             raise
@@ -465,8 +433,6 @@ def _run(args, debug: bool) -> int:
         print(f"gelu-onnx: {'interrupted' if signum is None else f'terminated by signal {signum}'}; "
               "nothing half-written was left", file=sys.stderr)
         return 130 if signum is None else 128 + signum
-    except _StdoutFailed as e:
-        return _stdout_failed(e, 0)
     except Exception as e:
         if debug:
             raise

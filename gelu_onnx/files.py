@@ -26,6 +26,7 @@ from onnx import ModelProto
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
 from .fusion import targets
 from .fusion import plan as fusion
+from .fusion import training
 from .fusion.report import Fusion, FuseResult
 from .fusion.targets import DEFAULT as DEFAULT_TARGET, Target, TargetName
 from .onnxio.fileops import folder_lock, path_arg, utf8_path
@@ -331,7 +332,7 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
             if not in_memory:
                 interrupts.fault("write:checker")
                 if utf8_path(saved.path):
-                    _checker(saved.path, shown)
+                    _checker(saved.through_folder(), shown)
                 else:  # onnx takes UTF-8 paths only: the model, from its folder
                     with _cwd(os.path.dirname(saved.path)):
                         _checker(model, shown)
@@ -450,7 +451,10 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
 
             res.input_check = checkmodel.check_model(m, p)
 
+    defined = training.main_graph_names(m.graph) if m.training_info else None
     fusion.rewrite(m, plans, t, res, keep_check_model if input_check and unchanged else None)
+    if defined is not None:
+        training.refuse_unbound(m, defined - training.main_graph_names(m.graph))
     if fplan is not None:
         functions.label_inlined(res, fplan)
     return res

@@ -249,16 +249,34 @@ def _cache_file() -> str | None:
     return os.path.join(where, "ort-max-ir.json")
 
 
+_CACHE_MAX_BYTES = 1 << 20  # a few entries; anything bigger is not ours
+
+
 def _cache_read() -> dict:
+    """The cache's entries; {} for anything but a small regular file we can
+    read. Opened without following a link and without blocking (a FIFO or a
+    device planted at the path is ignored, never waited on or read)."""
     import json
+    import os
+    import stat
 
     path = _cache_file()
+    if path is None:
+        return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _CACHE_MAX_BYTES:
+            return {}
+        data = json.loads(os.read(fd, _CACHE_MAX_BYTES + 1).decode("utf-8"))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError, TypeError):
         return {}
+    finally:
+        os.close(fd)
 
 
 def _cache_write(key: str, limit: int) -> None:
@@ -274,6 +292,8 @@ def _cache_write(key: str, limit: int) -> None:
     data[key] = limit
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
+            return  # not a file of ours (a FIFO, a device, a link): left alone
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ort-max-ir.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:

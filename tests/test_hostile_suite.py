@@ -65,4 +65,4 @@ def test_attack_is_clean(verdicts, name):
 
 def test_the_suite_is_big_enough():
     groups = {n.split("/")[0] for n in suite.CASES}
-    assert len(suite.CASES) >= 300 and len(groups) >= 17
+    assert len(suite.CASES) >= 390 and len(groups) >= 24

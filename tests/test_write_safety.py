@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import onnx
 import pytest
 
 from gelu_onnx import onnxio
-from helpers.model_helpers import external_model
+from helpers.model_helpers import external_model, gelu_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,3 +128,87 @@ def test_a_data_file_name_is_claimed_once(tmp_path):
                             "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", str(tmp_path)])
     assert probe.returncode == 0  # released
     assert sorted(p.name for p in tmp_path.iterdir()) == [".b.tmp", "w.bin"]  # no lock file
+
+
+# --- filesystems without hard links (vfat, exFAT, many SMB/FUSE mounts) ---------------
+
+NO_LINK = """import errno, fcntl, os, runpy, sys
+def refused(*a, **k):
+    with open(os.environ["LINKS_TRIED"], "a") as f:
+        f.write("x")
+    raise OSError(errno.EPERM, "Operation not permitted")
+def no_lock(*a, **k):
+    raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+os.link = refused
+fcntl.flock = no_lock
+sys.argv = ["gelu-onnx", *sys.argv[1:]]
+runpy.run_module("gelu_onnx", run_name="__main__")
+"""
+
+
+def writes_without_links(root: Path, run) -> None:
+    """Where link() fails, every write keeps its guarantees: a first output,
+    the same output written again (the previous one set aside as a copy),
+    the input overwritten on request; the new output replaces the old in one
+    rename, and a failure after the old one was set aside puts it back."""
+    src = external_model(root / "in")
+    out = root / "out" / "f.onnx"
+    out.parent.mkdir()
+    for target in ("custom", "standard", "custom"):
+        r = run("fuse", src, "-o", out, "--target", target)
+        assert r.returncode == 0, r.stderr
+        assert sorted(os.listdir(out.parent)) == ["f.onnx", "w.bin"]
+        assert onnx.load(str(out), load_external_data=False).opset_import
+    before = snapshot(root)
+    for point in ("write:checker", "write:data-renamed"):
+        r = run("fuse", src, "-o", out, "--target", "standard", env={"GELU_ONNX_TEST_FAULT": f"{point}=SIGTERM"})
+        assert r.returncode == 128 + 15, r.stderr
+        assert snapshot(root) == before and sorted(os.listdir(out.parent)) == ["f.onnx", "w.bin"]
+    plain = root / "p.onnx"
+    plain.write_bytes(gelu_model().SerializeToString())
+    r = run("fuse", plain, "-o", plain, "--overwrite-input")
+    assert r.returncode == 0, r.stderr
+    assert any(n.domain == "ai.gelu_onnx" for n in onnx.load(str(plain)).graph.node)
+    assert not [n for n in os.listdir(root) if n.startswith(".")], os.listdir(root)
+
+
+def test_writes_where_link_is_refused(tmp_path):
+    """link() refused as vfat refuses it (EPERM), and flock() as some SMB/FUSE
+    mounts do, in a child process."""
+    tried = tmp_path / "links-tried"
+    tried.touch()
+
+    def run(*args, env=None):
+        e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                 LINKS_TRIED=str(tried), **(env or {}))
+        return subprocess.run([sys.executable, "-c", NO_LINK, *map(str, args)], capture_output=True, text=True,
+                              env=e, timeout=300)
+
+    root = tmp_path / "fs"
+    root.mkdir()
+    writes_without_links(root, run)
+    assert tried.read_text(), "no write tried link(): this test no longer covers the fallback"
+
+
+def test_writes_on_a_real_vfat_filesystem(tmp_path):
+    """The same on a loop-mounted vfat image, where the kernel offers one."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a vfat image needs root")
+    if not (shutil.which("mkfs.vfat") and shutil.which("mount")):
+        pytest.skip("mkfs.vfat (Debian: dosfstools) or mount is not installed")
+    img, mnt = tmp_path / "vfat.img", tmp_path / "mnt"
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.vfat", str(img)], check=True, capture_output=True)
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"this kernel cannot mount a vfat image: {' '.join(r.stderr.split())}")
+    try:
+        (mnt / "a").touch()
+        with pytest.raises(OSError):
+            os.link(mnt / "a", mnt / "b")  # no hard links there, as the test means
+        os.unlink(mnt / "a")
+        writes_without_links(mnt, gelu)
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

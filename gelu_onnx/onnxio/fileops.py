@@ -1,6 +1,6 @@
-"""File operations the writers share: temp files recorded for cleanup in one
-uninterruptible step, permission bits, backups (hard links) of what a write
-replaces, and the one copy routine of the package (reflink, else
+"""File operations the writers share: the output folder opened once (Folder),
+temp files recorded for cleanup in one uninterruptible step, permission bits,
+backups (hard links, else copies) of what a write replaces, and the one copy routine of the package (reflink, else
 copy_file_range, else chunks; never a whole payload in Python memory)."""
 from __future__ import annotations
 
@@ -73,8 +73,10 @@ def tmp_in(folder: str, final_name: str, pending: list | None = None, final: str
         fd, tmp = tempfile.mkstemp(prefix=f".{final_name[:100]}.", suffix=".tmp", dir=folder)
         if pending is not None:
             pending.append((tmp, final))
-    # mkstemp makes 0600; match a normal create (or the file replaced)
-    os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
+    # mkstemp makes 0600; match a normal create (or the file replaced). A
+    # filesystem without Unix modes (vfat) may refuse: its files have none
+    with contextlib.suppress(PermissionError, NotImplementedError):
+        os.fchmod(fd, (0o666 & ~umask()) if mode is None else mode)
     return fd, tmp
 
 
@@ -201,8 +203,16 @@ def makedirs(path: str, root: str, made: list[str]):
             made.append(p)
 
 
+# link() refusals that mean "this filesystem has no hard links here" (vfat,
+# exFAT, many SMB/FUSE mounts: EPERM; others: EOPNOTSUPP; a link count at its limit)
+NO_LINK = {getattr(errno, n) for n in ("EPERM", "EOPNOTSUPP", "ENOTSUP", "EXDEV", "EMLINK") if hasattr(errno, n)}
+
+
 def backup(path: str) -> str:
-    """A hidden hard link to ``path`` in its folder (free, same filesystem)."""
+    """What ``path`` holds, kept under a hidden name in its folder until the
+    write commits: a hard link (free). Where the filesystem has none, a copy
+    (reflink, else a kernel-side copy) with its permission bits, so ``path``
+    itself is still replaced in one rename and never missing meanwhile."""
     folder, name = os.path.split(path)
     for k in range(1000):
         bak = os.path.join(folder, f".{name[:100]}.gelu-onnx-prev{k or ''}")
@@ -211,7 +221,56 @@ def backup(path: str) -> str:
             return bak
         except FileExistsError:
             continue
+        except OSError as e:
+            if e.errno not in NO_LINK:
+                raise
+        try:
+            fd = os.open(bak, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            st = os.stat(path)
+            with contextlib.suppress(PermissionError):  # as in tmp_in
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+            if not (reflink(path, fd) and os.fstat(fd).st_size == st.st_size):
+                copy_into(path, fd, st.st_size)
+        except BaseException:
+            os.close(fd)
+            os.unlink(bak)
+            raise
+        os.close(fd)
+        return bak
     raise InputError(f"{path}: no free name to keep the previous file while writing")
+
+
+class Folder:
+    """An output folder opened once (O_DIRECTORY | O_NOFOLLOW) after its
+    checks. ``path`` names it through that descriptor (/proc/self/fd/N), so
+    every temp file, rename, link, backup and cleanup lands in the folder
+    that was checked, even when its path is renamed or swapped for a link
+    mid-write: the write can then neither go elsewhere (into the input's
+    folder) nor leave a temp file behind. Without /proc, ``path`` is the real
+    path. ``close()`` when the write committed or rolled back."""
+
+    def __init__(self, real: str, where: str):
+        try:
+            self.fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            raise InputError(f"{where}: cannot open its folder ({e.strerror or e})") from None
+        try:
+            same = os.path.samestat(os.fstat(self.fd), os.stat(real))
+        except OSError:
+            same = False
+        if not same:
+            self.close()
+            raise InputError(f"{where}: its folder was replaced while it was checked; nothing was written")
+        via = f"/proc/self/fd/{self.fd}"
+        self.path = via if os.path.isdir(via) else real
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def same_bytes(a: str, b: str) -> bool:
@@ -296,8 +355,7 @@ def claim(tmp: str, final: str) -> bool:
     except FileExistsError:
         return False
     except OSError as e:
-        if e.errno not in {getattr(errno, n) for n in ("EPERM", "EOPNOTSUPP", "ENOTSUP", "EXDEV", "EMLINK")
-                           if hasattr(errno, n)}:
+        if e.errno not in NO_LINK:
             raise
         os.replace(tmp, final)
         return True

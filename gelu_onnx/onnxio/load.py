@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto
 
 from ..errors import InputError, MissingFileError, UnsafeModelError
 from ..interrupts import fault
+from ..memlimit import not_enough, short_of
 from .fileops import path_arg
 from .format import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
@@ -96,14 +97,23 @@ def load_model(path) -> LoadedModel:
         data = _read(apath, st.st_size)
     except OSError as e:
         raise InputError(f"{where}: cannot read it ({e.strerror or e})") from None
+    except MemoryError:
+        raise not_enough(f"read {where}", st.st_size) from None
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
-    except (DecodeError, ValueError, RuntimeError, TypeError):
+    except (DecodeError, ValueError, RuntimeError, TypeError, MemoryError):
+        # upb says "parse failed" when it cannot allocate too: a file that
+        # could not have been parsed in the memory left is not called damaged
+        if short_of(2 * st.st_size):
+            raise not_enough(f"read {where}", 2 * st.st_size) from None
         raise InputError(f"{where}: not a valid ONNX model (protobuf parse failed: "
                          "truncated, damaged or not ONNX)") from None
     base = os.path.realpath(os.path.dirname(apath))
-    scan = _scan(data, model)
+    try:
+        scan = _scan(data, model)
+    except (EncodeError, MemoryError):  # a model just parsed serializes, but for memory
+        raise not_enough(f"read {where}", st.st_size) from None
     files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
     return LoadedModel(model=model, path=apath, base_dir=base, external_files=files, file_size=st.st_size,
                        table=table, data=scan.data if isinstance(table, ArrayTable) else None)

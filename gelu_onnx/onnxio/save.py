@@ -15,9 +15,10 @@ from onnx import TensorProto
 from ..errors import GeluOnnxError, InputError, UnsafeModelError, UnsupportedError
 from .format import (EXTERNAL_ALIGN, EXTERNAL_SIZE_THRESHOLD, MAX_PROTO_BYTES, external_info,
                       is_external, is_model_file, tensor_nbytes)
-from .fileops import (backup, claim, cleanup, copy_into, folder_lock, makedirs, new_mode, path_arg, reflink,
-                      same_bytes, same_file, source_mode, tmp_in)
+from .fileops import (Folder, backup, claim, cleanup, copy_into, folder_lock, makedirs, new_mode, path_arg,
+                      reflink, same_bytes, same_file, source_mode, tmp_in)
 from ..interrupts import critical, fault, unwinding
+from ..memlimit import not_enough, short_of
 from .irversion import ModelFacts, model_facts
 from .load import LoadedModel
 from .validate import Validator, one_line
@@ -34,11 +35,13 @@ class SavedModel:
     copied: list[str] = field(default_factory=list)      # copied (no reflink possible)
     externalized: int = 0                                # tensors moved out (> 2 GB model)
     notes: list[str] = field(default_factory=list)
-    # (backup, final): what the write replaced, kept (hard links) until
+    # (backup, final): what the write replaced, kept (hard links, else copies) until
     # commit(); rollback() puts it back, so a failure after writing (the
     # checker on a big model) leaves every pre-existing file as it was.
     backups: list[tuple[str, str]] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
+    # the output folder, opened once: backups and created name files through it
+    folder: Folder | None = None
 
     def commit(self) -> None:
         with critical():
@@ -47,9 +50,23 @@ class SavedModel:
                     os.unlink(bak)
             self.backups.clear()
             self.created.clear()
+            self._close()
 
-    def rollback(self) -> None:
-        """Remove what this write created and restore what it replaced."""
+    def through_folder(self) -> str:
+        """``path`` named through the folder the write opened (until it
+        commits or rolls back): what was written there, wherever the
+        folder's path now leads."""
+        return self.path if self.folder is None else os.path.join(self.folder.path, os.path.basename(self.path))
+
+    def _close(self) -> None:
+        if self.folder is not None:
+            self.folder.close()
+            self.folder = None
+
+    def rollback(self, close: bool = True) -> None:
+        """Remove what this write created and restore what it replaced
+        (``close``: and let go of the folder; the writer's own cleanup of
+        its temp files still needs it otherwise)."""
         with critical():
             fault("write:rollback")  # a second signal here waits for the rollback's end
             for f in self.created:
@@ -60,6 +77,8 @@ class SavedModel:
                     os.replace(bak, final)
             self.backups.clear()
             self.created.clear()
+            if close:
+                self._close()
 
 
 def _externalize(model: onnx.ModelProto, fd: int, location: str) -> int:
@@ -186,7 +205,7 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
                      keep_backups, facts or model_facts(model), payload)
 
 
-def _claim(tmp: str, final: str, where: str, saved: SavedModel) -> None:
+def _claim(tmp: str, final: str, where: str, saved: SavedModel, shown: str) -> None:
     """A new data file takes its name only if no other writer took it since
     it was looked at (claim: never a rename over it); one that did, with
     the same bytes, is used as it is (the temp copy goes)."""
@@ -195,7 +214,7 @@ def _claim(tmp: str, final: str, where: str, saved: SavedModel) -> None:
     elif same_bytes(final, tmp):
         os.unlink(tmp)
     else:
-        raise InputError(f"{where}: {final} was written by another process meanwhile and is not this "
+        raise InputError(f"{where}: {shown} was written by another process meanwhile and is not this "
                          "model's data; refusing to replace it: write the output into another folder")
 
 
@@ -206,8 +225,27 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
         source_dir = source_dir if source_dir is not None else source.base_dir
         input_path = input_path if input_path is not None else source.path
         protected.update(source.external_files)
-    where, out, out_dir = check_output_path(out_path, input_path, overwrite_input, check_existing=False)
-    real_dir = os.path.realpath(out_dir)
+    where, shown_out, out_dir = check_output_path(out_path, input_path, overwrite_input, check_existing=False)
+    # From here on every name is resolved in the folder opened now, through
+    # its descriptor (fileops.Folder): checks, temp files, renames, cleanup.
+    folder = Folder(os.path.realpath(out_dir), where)
+    saved = SavedModel(shown_out, folder=folder)
+    try:
+        return _save_in(model, folder, where, shown_out, out_dir, source_dir, input_path, protected, max_proto_bytes,
+                        keep_backups, facts, given, saved)
+    except BaseException:
+        saved._close()
+        raise
+
+
+def _save_in(model, folder: Folder, where: str, shown_out: str, out_dir: str, source_dir, input_path, protected,
+             max_proto_bytes, keep_backups, facts: ModelFacts, given, saved: SavedModel) -> SavedModel:
+    out = os.path.join(folder.path, os.path.basename(shown_out))
+    real_dir = os.path.realpath(folder.path)
+
+    def shown(p: str) -> str:  # a path through the folder's descriptor, as the user named it
+        return os.path.join(out_dir, os.path.relpath(p, folder.path))
+
     for p in protected:
         if same_file(out, p):
             raise InputError(f"{where}: refusing to overwrite {p}, an external data file "
@@ -229,7 +267,6 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
     if not (input_path is not None and same_file(out, input_path)):
         refuse_unreplaceable(where, out)
 
-    saved = SavedModel(out)
     pending: list[tuple[str, str]] = []  # (temp, final), renamed in this order
     made_dirs: list[str] = []
     try:
@@ -237,13 +274,13 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
         if refs and real_dir != v.base_dir:
             done: set = set()
             for loc, src in sorted(refs.items()):
-                dst = os.path.normpath(os.path.join(out_dir, loc))
+                dst = os.path.normpath(os.path.join(folder.path, loc))
                 if dst in done:  # one file, spelled twice ("w.bin", "./w.bin")
                     continue
                 done.add(dst)
                 dst_dir = os.path.dirname(dst)
                 if not os.path.isdir(dst_dir):
-                    makedirs(dst_dir, out_dir, made_dirs)
+                    makedirs(dst_dir, folder.path, made_dirs)
                 real_dst_dir = os.path.realpath(dst_dir)
                 if os.path.commonpath([real_dst_dir, real_dir]) != real_dir:
                     raise UnsafeModelError(f"{where}: data file {loc} would be written "
@@ -251,19 +288,19 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
                 if same_file(dst, out) or os.path.abspath(dst) == out:
                     raise InputError(f"{where}: the model's external data file {loc} would be written "
                                      "at the output path itself; choose another output name")
-                saved.data_files.append(dst)
+                saved.data_files.append(shown(dst))
                 if os.path.islink(dst):  # onnx refuses links as data files; and never replace one
-                    raise InputError(f"{where}: {dst} is a symlink where the model's data file {loc} goes; "
+                    raise InputError(f"{where}: {shown(dst)} is a symlink where the model's data file {loc} goes; "
                                      "refusing to replace it: write the output into another folder")
                 if os.path.lexists(dst) and same_file(dst, src):
                     continue  # the same file (the output folder is the input folder, bind-mounted)
                 if any(same_file(dst, p) for p in protected if os.path.lexists(dst)):
-                    raise InputError(f"{where}: refusing to overwrite {dst}, an external data "
+                    raise InputError(f"{where}: refusing to overwrite {shown(dst)}, an external data "
                                      "file of the input model")
                 if os.path.lexists(dst):
                     if not same_bytes(dst, src):
                         # another model's data (it would then compute other values)
-                        raise InputError(f"{where}: {dst} already exists and is not this model's data "
+                        raise InputError(f"{where}: {shown(dst)} already exists and is not this model's data "
                                          f"file {loc} (its bytes differ); refusing to replace it: write "
                                          "the output into another folder")
                     st = os.lstat(dst)
@@ -273,15 +310,15 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
                 # data file has several links ("potential hardlink attack"),
                 # which would break the user's *input* model too. A reflink
                 # (copy-on-write clone, btrfs/xfs) costs nothing; else copy.
-                fd, tmp = tmp_in(real_dst_dir, os.path.basename(dst), pending, dst,
+                fd, tmp = tmp_in(dst_dir, os.path.basename(dst), pending, dst,
                                  new_mode(dst, source_mode(src)))
                 try:
                     # the bytes validated above, no fewer (a file truncated since fails)
                     if reflink(src, fd) and os.fstat(fd).st_size >= v.data_files[src]:
-                        saved.linked.append(dst)
+                        saved.linked.append(shown(dst))
                     else:
                         copy_into(src, fd, v.data_files[src])
-                        saved.copied.append(dst)
+                        saved.copied.append(shown(dst))
                 finally:
                     os.close(fd)
                 fault("write:data-copied")
@@ -292,14 +329,16 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
         if facts.embedded <= max_proto_bytes - margin:
             try:
                 payload = given if given is not None else model.SerializeToString()
-            except EncodeError:
+            except (EncodeError, MemoryError):  # not the 2 GB limit: its payloads are below it
+                if short_of(facts.embedded):
+                    raise not_enough(f"write {where}", facts.embedded) from None
                 payload = None
             if payload is not None and len(payload) > max_proto_bytes:
                 payload = None
         if payload is None:
-            name = _data_name(out, refs, protected, out_dir)
-            data = os.path.join(out_dir, name)
-            fd, tmp = tmp_in(real_dir, name, pending, data, new_mode(data, new_mode(out)))
+            name = _data_name(out, refs, protected, folder.path)
+            data = os.path.join(folder.path, name)
+            fd, tmp = tmp_in(folder.path, name, pending, data, new_mode(data, new_mode(out)))
             try:
                 saved.externalized = _externalize(model, fd, name)
             finally:
@@ -309,10 +348,12 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
                                f"written to external data file {name} next to {os.path.basename(out)}")
             try:
                 payload = model.SerializeToString()
-            except EncodeError:
+            except (EncodeError, MemoryError):
+                if short_of(facts.embedded // 8):
+                    raise not_enough(f"write {where}", facts.embedded // 8) from None
                 raise UnsupportedError(f"{where}: the graph itself is over 2 GB even "
                                        "without tensor payloads") from None
-        fd, tmp = tmp_in(real_dir, os.path.basename(out), pending, out, new_mode(out))
+        fd, tmp = tmp_in(folder.path, os.path.basename(out), pending, out, new_mode(out))
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         del payload
@@ -327,7 +368,7 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
                     bak = backup(final)
                     saved.backups.append((bak, final))
                 elif final != out:
-                    _claim(tmp, final, where, saved)
+                    _claim(tmp, final, where, saved, shown(final))
                     continue
                 else:
                     saved.created.append(final)
@@ -335,7 +376,7 @@ def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_
             pending.clear()
     except BaseException as e:
         with critical():  # both, even if another signal comes
-            saved.rollback()
+            saved.rollback(close=False)
             cleanup(pending, made_dirs)
         if isinstance(e, OSError) and not isinstance(e, GeluOnnxError):
             raise InputError(f"{where}: cannot write it ({e.strerror or e})") from None
@@ -367,7 +408,7 @@ def _data_name(out: str, refs: dict, protected: set, out_dir: str) -> str:
         if os.path.islink(path) or (os.path.lexists(path) and not _written_by_us(path, base)):
             continue  # another file of that name: never replaced
         return name
-    raise InputError(f"{out}: no free name for its external data file")
+    raise InputError(f"{base}: no free name for its external data file")
 
 
 def _written_by_us(data: str, model_name: str) -> bool:

@@ -45,7 +45,7 @@ from onnx import ModelProto, TensorProto
 
 from ..errors import GeluOnnxError, InputError, UnsupportedError
 from .load import LoadedModel
-from .fileops import cleanup, copy_range, new_mode, tmp_in, write_all
+from .fileops import Folder, cleanup, copy_range, new_mode, tmp_in, write_all
 from ..interrupts import critical, fault, unwinding
 from .format import (LEN, MAX_PROTO_BYTES, Malformed, Source, Unsupported, field_key, iter_fields, len_field,
                      tensor_nbytes, varint)
@@ -123,10 +123,12 @@ class Skeleton:
         if total > MAX_PROTO_BYTES:
             raise UnsupportedError(f"{shown}: the fused model would be over 2 GB in one file")
         pending: list = []
+        folder = Folder(os.path.realpath(out_dir), shown)  # every name through it: fileops.Folder
+        final = os.path.join(folder.path, os.path.basename(out))
         with unwinding():
             try:
                 fault("write:start")
-                fd, tmp = tmp_in(os.path.realpath(out_dir), os.path.basename(out), pending, out, new_mode(out))
+                fd, tmp = tmp_in(folder.path, os.path.basename(out), pending, final, new_mode(final))
                 try:
                     for p in pieces:
                         if isinstance(p, tuple):
@@ -137,7 +139,7 @@ class Skeleton:
                     os.close(fd)
                 fault("write:before-rename")
                 with critical():
-                    os.replace(tmp, out)
+                    os.replace(tmp, final)
                     pending.clear()
             except OSError as e:  # a read-only or full folder, no permission: one line, nothing left
                 cleanup(pending, [])
@@ -145,6 +147,8 @@ class Skeleton:
             except BaseException:
                 cleanup(pending, [])
                 raise
+            finally:
+                folder.close()
         return SavedModel(out)
 
     # -- output assembly --------------------------------------------------------

@@ -178,18 +178,19 @@ def _write_atomic(path, what: str, write) -> None:
 
     from ..interrupts import critical, fault, unwinding
     from ..onnxio import check_output_path
-    from ..onnxio.fileops import cleanup, new_mode, tmp_in
+    from ..onnxio.fileops import Folder, cleanup, new_mode, tmp_in
 
     try:
         _, out, _ = check_output_path(path, replaceable=is_array_file)
     except InputError as e:
         raise InputError(f"{what} {e.message}") from None
-    p = Path(out)
+    folder = Folder(os.path.realpath(os.path.dirname(out)), f"{what} {path}")  # every name through it
+    p = Path(folder.path) / os.path.basename(out)
     pending: list = []
     with unwinding():
         try:
             try:
-                fd, tmp = tmp_in(str(p.parent), p.name, pending, str(p), new_mode(str(p)))
+                fd, tmp = tmp_in(folder.path, p.name, pending, str(p), new_mode(str(p)))
             except OSError as e:  # read-only folder, ...
                 raise InputError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
             with os.fdopen(fd, "wb") as f:
@@ -204,6 +205,8 @@ def _write_atomic(path, what: str, write) -> None:
         except BaseException:
             cleanup(pending, [])
             raise
+        finally:
+            folder.close()
 
 
 def is_array_file(path) -> bool:

@@ -162,7 +162,7 @@ _BIG: dict = {}
 _BIG_LOCK = threading.Lock()
 
 
-def _cached(key: str, make, folder: Path, names: tuple) -> Path:
+def cached(key: str, make, folder: Path, names: tuple) -> Path:
     """Big inputs are made once per session and copied (reflink where possible)."""
     with _BIG_LOCK:
         _make_once(key, make)
@@ -186,12 +186,12 @@ def _make_once(key: str, make) -> None:
 
 def big_model(folder: Path) -> Path:
     """67 MiB single-file model: the splice path."""
-    return _cached("splice", lambda d: matmul_gelu_model(np.full((4200, 4200), 0.01, np.float32), d / "model.onnx"),
+    return cached("splice", lambda d: matmul_gelu_model(np.full((4200, 4200), 0.01, np.float32), d / "model.onnx"),
                    folder, ("model.onnx",))
 
 
 def big_external(folder: Path) -> Path:
     """64 MiB of external data: the copy takes a while."""
-    return _cached("external", lambda d: matmul_gelu_model(np.full((4096, 4096), 0.01, np.float32),
+    return cached("external", lambda d: matmul_gelu_model(np.full((4096, 4096), 0.01, np.float32),
                                                             d / "model.onnx", "w.bin"), folder,
                    ("model.onnx", "w.bin"))

@@ -6,8 +6,10 @@ while the test changes a file under it. Every case is held to the same
 criteria:
 
 - no traceback, no Python warning, no ONNX Runtime log line on stderr;
-- exit 0 only for valid input, 1/2/3 otherwise (128 + n after signal n);
-- a failure is exactly one stderr line, a success prints no error line;
+- exit 0 only for valid input, 1/2/3 otherwise (128 + n after signal n),
+  exactly ``codes`` where the case knows them;
+- a failure is exactly one stderr line, a success prints no error line
+  (stderr the case closes, fills or breaks, ``streams``, is not judged);
 - no byte, mode, link or kind of any pre-existing entry under the case's
   folder changed or removed, except what a successful run was asked to
   write (``may_change``); no new entry at all after a failure (no temp
@@ -53,6 +55,10 @@ class Attack:
     preexec: Callable | None = None
     cleanup: Callable | None = None             # always run at the end (unmount, close)
     timeout: int = 120
+    # {"stdin"|"stdout"|"stderr": "closed"|"full"|"broken"}: how the child's
+    # standard streams are left (a stream not read here is not judged)
+    streams: dict = field(default_factory=dict)
+    codes: tuple | None = None                  # the exact exit codes allowed, when known
 
 
 @dataclass
@@ -105,14 +111,50 @@ def _state(pid: int) -> str:
         return "?"
 
 
+_FD = {"stdin": 0, "stdout": 1, "stderr": 2}
+
+
+def _streams(a: Attack) -> tuple[dict, list, list]:
+    """Popen's stdin/stdout/stderr for ``a.streams``, the descriptors the
+    child closes before exec, and what this process closes after the spawn."""
+    std = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    shut, ours = [], []
+    for name, how in a.streams.items():
+        if how == "closed":
+            std[name] = subprocess.DEVNULL
+            shut.append(_FD[name])
+        elif how == "full":
+            std[name] = os.open("/dev/full", os.O_RDWR)
+            ours.append(std[name])
+        elif how == "broken":  # stdin: a writer gone (EOF); else a reader gone (EPIPE)
+            r, w = os.pipe()
+            std[name] = r if name == "stdin" else w
+            os.close(w if name == "stdin" else r)
+            ours.append(std[name])
+        else:
+            raise ValueError(how)
+    return std, shut, ours
+
+
 def run(a: Attack) -> Result:
     cmd = [sys.executable, "-c", a.python] if a.python else [sys.executable, "-m", "gelu_onnx", *map(_arg, a.argv)]
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                         env=_env(a.env), cwd=a.cwd, preexec_fn=a.preexec)
+    std, shut, ours = _streams(a)
+
+    def preexec():
+        for fd in shut:
+            os.close(fd)
+        if a.preexec is not None:
+            a.preexec()
+    try:
+        p = subprocess.Popen(cmd, **std, env=_env(a.env), cwd=a.cwd,
+                             preexec_fn=preexec if shut or a.preexec else None)
+    finally:
+        for fd in ours:
+            os.close(fd)
     got: dict = {}
     readers = [threading.Thread(target=lambda k=k, s=s: got.__setitem__(k, s.read()), daemon=True)
-               for k, s in (("out", p.stdout), ("err", p.stderr))]
+               for k, s in (("out", p.stdout), ("err", p.stderr)) if s is not None]
     for t in readers:
         t.start()
     if a.while_stopped is not None:
@@ -181,7 +223,11 @@ def judge(root: Path, a: Attack, before: dict, r: Result) -> list[str]:
             bad.append(f"exit {r.code}, expected 0 or a signal exit")
     elif r.code not in (0, *EXIT_BAD) or (a.valid is True and r.code != 0) or (a.valid is False and r.code == 0):
         bad.append(f"exit {r.code} (valid={a.valid})")
-    if r.code == 0:
+    if a.codes is not None and r.code not in a.codes:
+        bad.append(f"exit {r.code}, expected one of {a.codes}")
+    if "stderr" in a.streams:
+        pass  # not seen here: the exit code and the files say what happened
+    elif r.code == 0:
         extra = [x for x in lines if not (a.warnings_ok and x.startswith("gelu-onnx: warning:"))]
         if extra:
             bad.append(f"a success printed {len(extra)} stderr line(s)")

@@ -11,11 +11,12 @@ truncated while it is read) (faults.py); ``bomb`` (structural bombs),
 ``const`` (read what the runtime reads), ``names`` (non-UTF-8 and over-long
 paths) (structure.py); ``check`` (hostile feeds and golden files, bench),
 ``api`` (the Python API) (inputs.py); ``race``, ``native``, ``quiet``,
-``home``, ``bytes``, ``domain`` (runtime.py). ``CASES`` maps "group/name"
+``home``, ``bytes``, ``domain`` (runtime.py); ``streams``, ``nolink``,
+``swap``, ``memory``, ``args``, ``training``, ``cache`` (environment.py). ``CASES`` maps "group/name"
 to a builder taking the case's empty folder and returning the Attack."""
 from __future__ import annotations
 
-from helpers.hostile import corpus, faults, inputs, paths, runtime, structure  # noqa: F401 - each registers its cases
+from helpers.hostile import corpus, environment, faults, inputs, paths, runtime, structure  # noqa: F401 - each registers its cases
 from helpers.hostile.cases import CASES, ROOT_ONLY
 
 __all__ = ["CASES", "ROOT_ONLY"]
