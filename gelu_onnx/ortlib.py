@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from . import libs
+from . import buildinfo, libs
 from .errors import InputError, UnsupportedError
 
 LIBRARY_NAME = "libgelu_onnx_ort.so"
@@ -37,7 +37,7 @@ def library_path(required: bool = True) -> Path | None:
             raise InputError(bad)
         raise UnsupportedError(
             f"the gelu-onnx custom-op library ({LIBRARY_NAME}) is not built: reinstall with "
-            "`pip install .` (CMake needs ONNX Runtime headers, see plugins/README.md) "
+            f"`{buildinfo.reinstall_command()}` (CMake needs ONNX Runtime headers, see plugins/README.md) "
             f"or set {ENV_VAR}"
         )
     return p

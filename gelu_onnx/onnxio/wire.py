@@ -39,6 +39,7 @@ import ctypes
 
 import numpy as np
 
+from ..buildinfo import reinstall_command
 from ..errors import UnsupportedError
 
 LIBRARY = "libgelu_onnx_scan.so"
@@ -116,7 +117,7 @@ def require():
     lib = _library()
     if lib is None:
         raise ScannerMissing(f"{LIBRARY} (plugins/scan) is not built or does not load: the fuse pass "
-                             "needs it; reinstall the package (pip install -e . or make setup)")
+                             f"needs it; reinstall the package ({reinstall_command()})")
     return lib
 
 
