@@ -18,7 +18,6 @@ import sys
 import warnings
 
 from . import __version__, interrupts
-from .buildinfo import ORT_HINT
 from .files import require_file
 from .errors import GeluOnnxError
 from .fusion import targets
@@ -449,6 +448,8 @@ def _run(args, debug: bool) -> int:
         if debug:
             raise
         if isinstance(e, ModuleNotFoundError) and e.name == "onnxruntime":  # it is an optional dependency
+            from .buildinfo import ORT_HINT  # out of a fuse's imports (docs/design.md)
+
             code, detail = 3, f"onnxruntime is not installed; this command runs models: {ORT_HINT}"
             msg = f"gelu-onnx: error: {detail}"
         else:

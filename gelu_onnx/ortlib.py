@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from . import buildinfo, libs
+from . import libs
 from .errors import InputError, UnsupportedError
 
 LIBRARY_NAME = "libgelu_onnx_ort.so"
@@ -35,6 +35,8 @@ def library_path(required: bool = True) -> Path | None:
         bad = libs.env_problem(ENV_VAR)
         if bad:
             raise InputError(bad)
+        from . import buildinfo  # the hint only: buildinfo stays out of a fuse's imports (docs/design.md)
+
         raise UnsupportedError(
             f"the gelu-onnx custom-op library ({LIBRARY_NAME}) is not built: reinstall with "
             f"`{buildinfo.reinstall_command()}` (CMake needs ONNX Runtime headers, see plugins/README.md) "

@@ -117,3 +117,45 @@ def test_cpp_serve_says_what_went_wrong(serve, tmp_path):
     junk.write_bytes(b"not a model")
     r = subprocess.run([str(serve), str(junk)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stderr.startswith("serve: error: "), r.stderr
+
+
+# --- with ONNX Runtime's transformer optimizer: the order docs/serving.md recommends stays right -------------
+
+GPT2 = ROOT / "models" / "gpt2_torchscript_op17.onnx"  # gelu_new (tanh GELUs); n_embd 32, n_head 2 (models/archs.py)
+
+
+def _optimized(src: Path, dst: Path, level: int) -> Path:
+    from onnxruntime.transformers import optimizer
+
+    optimizer.optimize_model(str(src), model_type="gpt2", num_heads=2, hidden_size=32, opt_level=level,
+                             use_gpu=False).save_model_to_file(str(dst))
+    return dst
+
+
+def _ops(path: Path) -> list[str]:
+    m = onnx.load(str(path))
+    return sorted(f"{n.domain}.{n.op_type}" for n in m.graph.node if n.domain in ("com.microsoft", "ai.gelu_onnx")
+                  and "Gelu" in n.op_type)
+
+
+def test_optimizer_first_then_fuse_keeps_tanh_gelus_right(tmp_path):
+    """The recommended order: the optimizer (any level), then gelu-onnx fuse (any target)."""
+    opt = _optimized(GPT2, tmp_path / "opt.onnx", 1)
+    assert _ops(opt) == ["com.microsoft.FastGelu"] * 2  # the optimizer's own tanh GELU, with the bias
+    for target, op in (("custom", "ai.gelu_onnx.BiasGeluTanh"), ("ort", "com.microsoft.FastGelu")):
+        out = tmp_path / f"{target}.onnx"
+        gelu_onnx.fuse_file(opt, out, target=target)
+        assert _ops(out) == [op] * 2
+        rep = gelu_onnx.check(str(GPT2), str(out))  # against the export itself
+        assert rep.ok, [(o.name, o.max_abs, o.message) for o in rep.outputs]
+
+
+def test_standard_then_optimizer_turns_tanh_into_erf(tmp_path):
+    """The pitfall docs/serving.md warns of: the optimizer rewrites Gelu(approximate="tanh") + bias as
+    com.microsoft.BiasGelu, the erf GELU, at any level; check sees it."""
+    std = tmp_path / "std.onnx"
+    gelu_onnx.fuse_file(GPT2, std, target="standard")
+    for level in (0, 1):
+        out = _optimized(std, tmp_path / f"std_opt{level}.onnx", level)
+        assert _ops(out) == ["com.microsoft.BiasGelu"] * 2
+        assert not gelu_onnx.check(str(GPT2), str(out)).ok

@@ -39,7 +39,6 @@ import ctypes
 
 import numpy as np
 
-from ..buildinfo import reinstall_command
 from ..errors import UnsupportedError
 
 LIBRARY = "libgelu_onnx_scan.so"
@@ -116,6 +115,8 @@ def require():
     """The loaded library; ScannerMissing when there is none."""
     lib = _library()
     if lib is None:
+        from ..buildinfo import reinstall_command  # the hint only: out of a fuse's imports (docs/design.md)
+
         raise ScannerMissing(f"{LIBRARY} (plugins/scan) is not built or does not load: the fuse pass "
                              f"needs it; reinstall the package ({reinstall_command()})")
     return lib
