@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -443,3 +444,17 @@ def test_without_onnxruntime_the_hint_installs_it(tmp_path):
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert_one_line_error(r, 3, "onnxruntime is not installed")
     assert "pip install onnxruntime" in r.stderr and "gelu-onnx[" not in r.stderr
+
+
+def test_plugin_hint_names_this_install():
+    from gelu_onnx import buildinfo, tensorrt
+
+    if tensorrt.PLUGIN_ENV in os.environ:
+        pytest.skip(f"{tensorrt.PLUGIN_ENV} is set")
+    try:
+        tensorrt.plugin_library_path()
+    except UnsupportedError as e:  # not built here (no TensorRT): the hint rebuilds this very install
+        assert f"TensorRT_ROOT=<TensorRT install dir> {buildinfo.reinstall_command()}" in str(e)
+        assert buildinfo.reinstall_command() == f"pip install -e {shlex.quote(str(ROOT))}"  # make setup's install
+    else:
+        pytest.skip("the TensorRT plugin is built")
