@@ -400,6 +400,9 @@ def test_output_folders_are_created_and_removed_on_failure(tmp_path):
     junk.write_bytes(b"\x08\x07garbage")
     assert_one_line_error(gelu("fuse", junk, "-o", tmp_path / "x" / "y" / "o.onnx"), 2)
     assert not (tmp_path / "x").exists()  # the folders made for the failed fuse went with it
+    # killed after the model was written into the new folder, before it was renamed into place
+    r = gelu("fuse", src, "-o", tmp_path / "x" / "y" / "o.onnx", env={"GELU_ONNX_TEST_FAULT": "write:before-rename=SIGTERM"})
+    assert r.returncode == 128 + 15 and not (tmp_path / "x").exists(), (r.returncode, r.stderr)
     assert_one_line_error(gelu("fuse", src, "-o", f"{tmp_path / 'x' / 'y'}/"), 2, "ends with a path separator")
     assert not (tmp_path / "x").exists()
     (tmp_path / "file").write_text("not a folder")
