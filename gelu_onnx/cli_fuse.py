@@ -72,20 +72,22 @@ def cmd_inspect(args) -> int:
     listed = near if args.verbose else [n for n in near if n.gelu_like]
     shown = f" [target {args.target}]" if args.target else ""
     gelus = len(fusions) + len(already)
-    if already:
-        head = (f"{plural(gelus, 'GELU')} found, all already {res.target} ops: nothing to fuse" if not fusions else
-                f"{plural(gelus, 'GELU')} found: {len(fusions)} to fuse, {len(already)} already {res.target} ops")
+    ops = f"{res.target} {'op' if len(already) == 1 else 'ops'}"
+    if already and not fusions:
+        head = f"{plural(gelus, 'GELU')} found, {'already a' if gelus == 1 else 'all already'} {ops}: nothing to fuse"
+    elif already:
+        head = f"{plural(gelus, 'GELU')} found: {len(fusions)} to fuse, {len(already)} already {ops}"
     else:
         head = f"{plural(gelus, 'GELU')} found"
     print(f"{args.input}: {head}, {plural(len(listed), 'near-miss')}{shown}")
     if args.quiet:
         return 0
     if fusions or already:
-        rows = [[_graph(f.graph), f.root, f.form, "yes" if f.bias else "no",
-                 "" if f.alpha is None else f"{f.alpha:g}", f.dtype, len(f.nodes or []),
-                 f.op if args.target else "fuse"] for f in fusions]
-        rows += [[_graph(f.graph), f.root, f.form, "yes" if f.bias else "no",
-                  "" if f.alpha is None else f"{f.alpha:g}", f.dtype, len(f.nodes or []), "already"] for f in already]
+        def row(f, action):
+            return [_graph(f.graph), f.root, f.form, "yes" if f.bias else "no",
+                    "" if f.alpha is None else f"{f.alpha:g}", f.dtype, len(f.nodes or []), action]
+
+        rows = [row(f, f.op if args.target else "fuse") for f in fusions] + [row(f, "already") for f in already]
         print()
         print(table(rows, ["graph", "root", "form", "bias", "alpha", "dtype", "nodes",
                            "becomes" if args.target else "action"]))

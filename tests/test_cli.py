@@ -350,6 +350,21 @@ def test_inspect_and_fuse_count_gelus_already_in_target_form(tmp_path):
         "fused 0 GELUs; all are already custom ops (ai.gelu_onnx.BiasGeluErf), kept as written"), r.stdout
     doc = json.loads(gelu("inspect", fused, "--json").stdout)
     assert doc["already_target_ops"] and len(doc["already_target_ops"]) == 2 and doc["fusions"] == []
+    # one GELU already ours, one still decomposed behind it
+    import gelu_onnx
+
+    m = gelu_onnx.fuse(gelu_model("erf"), target="custom")
+    ren = {"x": "y", "y": "y2"}
+    for n in gelu_model("erf").graph.node:
+        m.graph.node.append(helper.make_node(n.op_type, [ren.get(i, i + "2") if i not in ("c_div", "c_one", "c_half")
+                                                         else i for i in n.input], [ren.get(o, o + "2") for o in n.output]))
+    m.graph.initializer.extend(gelu_model("erf").graph.initializer)
+    m.graph.output[0].name = "y2"
+    mixed = save(m, tmp_path / "mixed.onnx")
+    r = gelu("inspect", mixed)
+    assert r.stdout.startswith(f"{mixed}: 2 GELUs found: 1 to fuse, 1 already custom op, 0 near-misses"), r.stdout
+    r = gelu("fuse", mixed, "-o", tmp_path / "mixed_out.onnx")
+    assert r.stdout.startswith("fused 1 GELU (erf: 1); 1 more is already custom op (ai.gelu_onnx.GeluErf), kept"), r.stdout
 
 
 def test_near_misses_list_only_regions_close_to_a_gelu(tmp_path):
