@@ -8,8 +8,11 @@ packages at run time. Nothing here imports onnxruntime unless it is there.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 # Distributions that each ship the `onnxruntime` module: two of them in one
 # environment overwrite each other's files (the CPU one hides CUDA).
@@ -41,6 +44,44 @@ def flavour_conflict() -> str | None:
             f"pip install {keep}=={have[keep]}")
 
 
+# Installs onnxruntime for any way this package was installed (the extras
+# [cpu] / [gpu] exist only where the package itself can be named).
+ORT_HINT = "pip install onnxruntime (or onnxruntime-gpu for CUDA)"
+
+
+def reinstall_command() -> str:
+    """The pip command that rebuilds this install the way it was made: pip
+    records a local or URL install in direct_url.json (PEP 610); an install
+    from an index has none."""
+    try:
+        raw = metadata.distribution("gelu-onnx").read_text("direct_url.json")
+        origin = json.loads(raw) if raw else None
+    except (metadata.PackageNotFoundError, ValueError, OSError):
+        origin = None
+    if not isinstance(origin, dict) or not isinstance(origin.get("url"), str):
+        return "pip install --force-reinstall --no-deps gelu-onnx"
+    url = origin["url"]
+    where = unquote(urlparse(url).path) if url.startswith("file:") else url
+    if (origin.get("dir_info") or {}).get("editable"):
+        return f"pip install -e {shlex.quote(where)}"
+    return f"pip install --force-reinstall --no-deps {shlex.quote(where)}"
+
+
+def _fix(missing: str, reinstall: str) -> str:
+    """A build summary line (CMake's words, whose -D flags are for a CMake
+    user) with the fix for this install."""
+    line = re.sub(r"\s*\(pass -D[^)]*\)", "", missing)
+    if line.startswith("TensorRT plugin") and "without CUDA" not in line:
+        return f"{line}; build it: TensorRT_ROOT=<TensorRT install dir> {reinstall}"
+    if line.startswith("TensorRT plugin"):
+        return f"{line}; it needs the CUDA kernels first (nvcc on PATH, then {reinstall})"
+    if line.startswith("CUDA kernels") and "GELU_ONNX_CUDA=OFF" not in line:
+        return f"{line}; then: {reinstall}"
+    if line.startswith("ONNX Runtime custom-op library"):
+        return f"{line}; or: ONNXRUNTIME_ROOT=<ONNX Runtime release dir> {reinstall}"
+    return line
+
+
 def _native() -> dict:
     from . import ortlib
 
@@ -51,7 +92,7 @@ def _native() -> dict:
         built = json.loads(info_file.read_text())
     except (OSError, ValueError):
         built = {"missing": ["the native build's summary (_lib/build_info.json) was not found: the package was "
-                             "installed without its native part (pip install --force-reinstall gelu-onnx)"]}
+                             f"installed without its native part ({reinstall_command()})"]}
     built["ort_library_path"] = str(lib) if lib is not None else None
     trt = folder / "libgelu_onnx_trt.so"
     built["tensorrt_plugin_path"] = str(trt) if trt.is_file() else None
@@ -88,24 +129,25 @@ def build_info() -> dict:
     if conflict:
         warnings.append(conflict)
     if not info["onnxruntime_flavours"]:
-        warnings.append("no onnxruntime is installed: fuse and inspect work; check and bench need one "
-                        "(pip install 'gelu-onnx[cpu]' or 'gelu-onnx[gpu]')")
+        warnings.append(f"no onnxruntime is installed: fuse and inspect work; check and bench need one ({ORT_HINT})")
     if not info["build"]["scanner"]:
         warnings.append(f"the native model scanner ({LIBRARY}) is not built or does not load: fuse and "
-                        "inspect cannot run without it (reinstall: pip install -e . or make setup)")
+                        f"inspect cannot run without it (reinstall: {reinstall_command()})")
     if info["build"].get("ort_library_path") is None:
         warnings.append("the ONNX Runtime custom-op library is not available: fused models run through their "
                         "model-local functions (slower); see build.missing")
     if info["build"].get("cuda_kernels") is False and "CUDAExecutionProvider" in info["providers"]:
         warnings.append("onnxruntime offers CUDA but this build has no CUDA kernels: our ops fall back to the CPU "
-                        "(reinstall with nvcc on PATH)")
+                        f"(reinstall with nvcc on PATH: {reinstall_command()})")
     info["warnings"] = warnings
     return info
 
 
-def describe(info: dict) -> list[str]:
-    """Human-readable lines for `gelu-onnx info`."""
+def describe(info: dict, *, quiet: bool = False) -> list[str]:
+    """Human-readable lines for `gelu-onnx info` (``quiet``: the first line and the warnings)."""
     b = info["build"]
+    if quiet:
+        return [f"gelu-onnx {info['gelu_onnx']}"] + [f"warning: {w}" for w in info["warnings"]]
     yes = {True: "yes", False: "no", None: "unknown"}
     lines = [
         f"gelu-onnx {info['gelu_onnx']} (onnx {info['onnx']}, numpy {info['numpy']})",
@@ -121,6 +163,7 @@ def describe(info: dict) -> list[str]:
                            or "not installed"),
         "providers: " + (", ".join(info["providers"]) or "-"),
     ]
-    lines += [f"missing: {m}" for m in b.get("missing", [])]
+    reinstall = reinstall_command()
+    lines += [f"missing: {_fix(m, reinstall)}" for m in b.get("missing", [])]
     lines += [f"warning: {w}" for w in info["warnings"]]
     return lines

@@ -168,66 +168,37 @@ def add_input_args(p, dim_default: int) -> None:
     p.add_argument("--no-library", action="store_true",
                    help="do not register the gelu-onnx custom-op library (the fused model then runs its model-local functions)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="also show ONNX Runtime's own warnings (hidden by default: they describe the model)")
+
+
+def output_args() -> argparse.ArgumentParser:
+    """-q / -v, the same on every command (a parent of each subparser)."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the result line (errors and warnings still go to stderr; --json is unchanged)")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="print everything: every near-miss (also anchors that compute no GELU), every row, "
+                        "ONNX Runtime's own warnings (hidden by default: they describe the model)")
+    return p
 
 
 def one_line(s: str) -> str:
     return " ".join(str(s).split())
 
 
-def _graph(g: str) -> str:
-    return g or "main"
-
-
 # --- commands ----------------------------------------------------------------------
 
 
 def cmd_fuse(args) -> int:
-    from .files import fuse_file
+    from .cli_fuse import cmd_fuse as fuse  # imports this module: a cycle at import time
 
-    done = fuse_file(args.input, args.output, target=args.target, overwrite_input=args.overwrite_input)
-    res = done.result
-    if args.json:
-        emit_json({"ok": True, **done.as_dict()})
-        return 0
-    counts = res.summary()
-    forms = ", ".join(f"{k}: {v}" for k, v in sorted(counts["by_form"].items())) or "none found"
-    kept = f", {len(res.already)} already {args.target} ops" if res.already else ""
-    print(f"fused {plural(counts['fused'], 'GELU')} ({forms}{kept}) -> {args.output} [target {args.target}]")
-    if res.near_misses:
-        print(f"{plural(len(res.near_misses), 'near-miss')} left unfused:")
-        for n in res.near_misses:
-            print(f"  [{_graph(n.graph)}] {n.anchor}: {n.code}: {n.reason}")
-    for note in done.notes:
-        print(f"note: {note}")
-    return 0
+    return fuse(args)
 
 
 def cmd_inspect(args) -> int:
-    from .files import inspect_file
+    from .cli_fuse import cmd_inspect as inspect
 
-    found = inspect_file(args.input, args.target or targets.DEFAULT)
-    for w in found.warnings:
-        print(f"gelu-onnx: warning: {w}", file=sys.stderr)
-    if args.json:
-        emit_json({"ok": True, **found.as_dict()})
-        return 0
-    fusions, near = found.result.fusions, found.result.near_misses
-    shown = f" [target {args.target}]" if args.target else ""
-    print(f"{args.input}: {plural(len(fusions), 'GELU')} found, {plural(len(near), 'near-miss')}{shown}")
-    if fusions:
-        rows = [[_graph(f.graph), f.root, f.form, "yes" if f.bias else "no",
-                 "" if f.alpha is None else f"{f.alpha:g}", f.dtype, len(f.nodes or [])]
-                + ([f.op] if args.target else []) for f in fusions]
-        print()
-        print(table(rows, ["graph", "root", "form", "bias", "alpha", "dtype", "nodes"]
-                     + (["becomes"] if args.target else [])))
-    if near:
-        print()
-        print(table([[_graph(n.graph), n.anchor, n.code, n.reason] for n in near],
-                     ["graph", "anchor", "code", "reason"]))
-    return 0
+    return inspect(args)
 
 
 def cmd_check(args) -> int:
@@ -249,7 +220,7 @@ def cmd_bench(args) -> int:
     from tqdm import tqdm
 
     bar = tqdm(total=len(levels) * _bench.runs_per_level(args.warmup, args.repeats), desc="bench", unit="run",
-               disable=None, file=sys.stderr, leave=False)
+               disable=True if args.quiet else None, file=sys.stderr, leave=False)
     with bar:
         rep = _bench.bench(
             args.original, args.fused, target=args.target, opt_levels=levels, threads=args.threads,
@@ -262,6 +233,12 @@ def cmd_bench(args) -> int:
     if args.json:
         emit_json(rep.to_dict())
         return 0
+    rows = [[t.opt_level, f"{t.original_ms:.3f}", f"{t.fused_ms:.3f}", f"{t.ratio:.3f}",
+             "ok" if t.parity_ok else "MISMATCH"] for t in rep.results]
+    header = ["opt level", "original ms", "fused ms", "fused/original", "parity"]
+    if args.quiet:
+        print(table(rows, header))
+        return 0
     m, v = rep.machine, rep.versions
     what = rep.fused + (f" ({plural(rep.fusions, 'GELU')} fused)" if rep.fusions is not None else "")
     print(f"bench {rep.original} vs {what}")
@@ -270,9 +247,7 @@ def cmd_bench(args) -> int:
           f"gelu-onnx {v['gelu_onnx']}; custom-op library {'yes' if rep.library else 'no'}")
     print("inputs: " + ", ".join(f"{i['name']} {i['dtype']} {i['shape']}" for i in rep.inputs))
     print(f"median of {rep.repeats} runs after {rep.warmup} warmup, interleaved blocks:")
-    rows = [[t.opt_level, f"{t.original_ms:.3f}", f"{t.fused_ms:.3f}", f"{t.ratio:.3f}",
-             "ok" if t.parity_ok else "MISMATCH"] for t in rep.results]
-    print(table(rows, ["opt level", "original ms", "fused ms", "fused/original", "parity"]))
+    print(table(rows, header))
     for n in rep.notes:
         print(f"note: {n}")
     return 0
@@ -298,17 +273,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"gelu-onnx {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = [output_args()]
 
-    p = sub.add_parser("fuse", help="rewrite every GELU into one op and save the model",
+    p = sub.add_parser("fuse", parents=common, help="rewrite every GELU into one op and save the model",
                        description="Rewrite every GELU subgraph into one GELU op and save the model (temp file + rename).")
     p.add_argument("input", metavar="IN.onnx")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx",
+                   help="where to write the fused model; missing folders are created (and removed again on failure)")
     p.add_argument("--target", choices=targets.TARGETS, default=targets.DEFAULT, help=targets.describe())
     p.add_argument("--overwrite-input", action="store_true", help="allow OUT.onnx to be IN.onnx")
     p.add_argument("--json", action="store_true", help="print fusions, near-misses and notes as JSON on stdout")
     p.set_defaults(func=cmd_fuse)
 
-    p = sub.add_parser("inspect", help="list every GELU and every near-miss (nothing is written)",
+    p = sub.add_parser("inspect", parents=common, help="list every GELU and every near-miss (nothing is written)",
                        description="List every GELU found (graph, root tensor, form, bias, dtype) and every "
                                    "near-miss with the reason it is not fused. Nothing is written.")
     p.add_argument("input", metavar="IN.onnx")
@@ -318,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("check", help="parity: run original and fused on the same inputs, compare outputs",
+    p = sub.add_parser("check", parents=common, help="parity: run original and fused on the same inputs, compare outputs",
                        description="Run ORIGINAL and FUSED on the same inputs and compare every output. A float "
                                    "output passes when the fused model is about as close as the original to a more "
                                    "precise run of the original (float64/float32 on the CPU; docs/verdict.md), or "
@@ -355,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the reference's and the fused model's outputs as Polygraphy RunResults JSON")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("bench", help="time original vs fused in ONNX Runtime",
+    p = sub.add_parser("bench", parents=common, help="time original vs fused in ONNX Runtime",
                        description="Time ORIGINAL and FUSED side by side in one process at each ONNX Runtime "
                                    "optimization level; report medians and fused/original ratios, the machine and versions.")
     p.add_argument("original", metavar="ORIGINAL.onnx")
@@ -371,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--provider", choices=("cpu", "cuda"), default="cpu", help="execution provider (default cpu)")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("info", help="what this build contains and what the machine offers",
+    p = sub.add_parser("info", parents=common, help="what this build contains and what the machine offers",
                        description="Versions, which native parts were built (ONNX Runtime library, CUDA kernels "
                                    "and architectures, TensorRT plugin), the onnxruntime flavours and providers "
                                    "installed, and what is missing with how to get it.")
@@ -387,7 +364,7 @@ def cmd_info(args) -> int:
     if args.json:
         emit_json(info)
     else:
-        print("\n".join(describe(info)))
+        print("\n".join(describe(info, quiet=args.quiet)))
     return 0
 
 
@@ -437,8 +414,9 @@ def _run(args, debug: bool) -> int:
         if debug:
             raise
         if isinstance(e, ModuleNotFoundError) and e.name == "onnxruntime":  # it is an optional dependency
-            code, detail = 3, ("onnxruntime is not installed; this command runs models: "
-                               "pip install 'gelu-onnx[cpu]' (or 'gelu-onnx[gpu]' for onnxruntime-gpu)")
+            from .buildinfo import ORT_HINT  # out of a fuse's imports (docs/design.md)
+
+            code, detail = 3, f"onnxruntime is not installed; this command runs models: {ORT_HINT}"
             msg = f"gelu-onnx: error: {detail}"
         else:
             code = EXIT_INTERNAL

@@ -81,8 +81,8 @@ class FileInspectResult:
     def as_dict(self) -> dict:
         """The report as ``gelu-onnx inspect --json`` prints it (less "ok")."""
         r = self.result
-        return {"input": self.input, "target": r.target, "gelus": len(r.fusions),
-                "fusions": [f.as_dict() for f in r.fusions], "near_misses": [n.as_dict() for n in r.near_misses],
+        return {"input": self.input, "target": r.target, "gelus": len(r.fusions), "already": len(r.already),
+                "gelu_like_near_misses": sum(n.gelu_like for n in r.near_misses), "fusions": [f.as_dict() for f in r.fusions], "near_misses": [n.as_dict() for n in r.near_misses],
                 "already_target_ops": [f.as_dict() for f in r.already], "warnings": list(self.warnings)}
 
 

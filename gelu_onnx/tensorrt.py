@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import libs
+from . import buildinfo, libs
 from .contract import DOMAIN, OP_TYPES, OPSET_VERSION
 from .errors import InputError, UnsupportedError
 
@@ -41,9 +41,9 @@ def plugin_library_path(autoreg: bool = False) -> Path:
         if os.environ.get(PLUGIN_ENV) and not autoreg:
             raise UnsupportedError(f"{PLUGIN_ENV}={os.environ[PLUGIN_ENV]} is not a file")
         raise UnsupportedError(
-            f"the TensorRT plugin library ({name}) was not built: build gelu-onnx on a machine "
-            "with TensorRT >= 10 and CUDA (CMake prints 'TensorRT plugin NOT built: <reason>' otherwise), "
-            f"or point {PLUGIN_ENV} at the library"
+            f"the TensorRT plugin library ({name}) was not built: on a machine with TensorRT >= 10 and CUDA, "
+            f"TensorRT_ROOT=<TensorRT install dir> {buildinfo.reinstall_command()} (CMake prints 'TensorRT plugin "
+            f"NOT built: <reason>' otherwise), or point {PLUGIN_ENV} at the library"
         )
     return p
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -327,3 +328,151 @@ def test_external_data_fuse_output_passes_checker(tmp_path):
     onnx.checker.check_model(str(src))  # and the input is still loadable too
     r = gelu("check", src, tmp_path / "out" / "f.onnx", "--no-library", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# --- output people read: counts in words, near-misses worth reading, -q / -v, -o folders, hints ---------
+
+
+BERT = ROOT / "models" / "bert_torchscript_op17.onnx"  # a real export: 2 erf GELUs and the pooler's lone Tanh
+
+
+def test_inspect_and_fuse_count_gelus_already_in_target_form(tmp_path):
+    fused = tmp_path / "fused.onnx"
+    assert gelu("fuse", BERT, "-o", fused).returncode == 0
+    r = gelu("inspect", fused)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{fused}: 2 GELUs found, all already custom ops: nothing to fuse, 0 near-misses"), r.stdout
+    assert r.stdout.count("already") >= 3  # the headline and one table row per GELU
+    r = gelu("inspect", fused, "--target", "standard")  # the same GELUs, which standard would rewrite
+    assert r.stdout.startswith(f"{fused}: 2 GELUs found, 0 near-misses [target standard]"), r.stdout
+    r = gelu("fuse", fused, "-o", tmp_path / "again.onnx")
+    assert r.returncode == 0 and r.stdout.startswith(
+        "fused 0 GELUs; all are already custom ops (ai.gelu_onnx.BiasGeluErf), kept as written"), r.stdout
+    doc = json.loads(gelu("inspect", fused, "--json").stdout)
+    assert doc["already_target_ops"] and len(doc["already_target_ops"]) == 2 and doc["fusions"] == []
+    # one GELU already ours, one still decomposed behind it
+    import gelu_onnx
+
+    m = gelu_onnx.fuse(gelu_model("erf"), target="custom")
+    ren = {"x": "y", "y": "y2"}
+    for n in gelu_model("erf").graph.node:
+        m.graph.node.append(helper.make_node(n.op_type, [ren.get(i, i + "2") if i not in ("c_div", "c_one", "c_half")
+                                                         else i for i in n.input], [ren.get(o, o + "2") for o in n.output]))
+    m.graph.initializer.extend(gelu_model("erf").graph.initializer)
+    m.graph.output[0].name = "y2"
+    mixed = save(m, tmp_path / "mixed.onnx")
+    r = gelu("inspect", mixed)
+    assert r.stdout.startswith(f"{mixed}: 2 GELUs found: 1 to fuse, 1 already custom op, 0 near-misses"), r.stdout
+    r = gelu("fuse", mixed, "-o", tmp_path / "mixed_out.onnx")
+    assert r.stdout.startswith("fused 1 GELU (erf: 1); 1 more is already custom op (ai.gelu_onnx.GeluErf), kept"), r.stdout
+
+
+def test_near_misses_list_only_regions_close_to_a_gelu(tmp_path):
+    r = gelu("inspect", BERT)
+    assert r.returncode == 0 and "2 GELUs found, 0 near-misses" in r.stdout, r.stdout
+    assert "pooler/activation/Tanh" not in r.stdout  # the pooler is no GELU
+    assert "(not listed: 1 Tanh/Erf/Sigmoid that computes no GELU, such as a pooler's Tanh; -v lists it)" in r.stdout
+    v = gelu("inspect", BERT, "-v")
+    assert "2 GELUs found, 1 near-miss" in v.stdout and "pooler/activation/Tanh" in v.stdout, v.stdout
+    doc = json.loads(gelu("inspect", BERT, "--json").stdout)  # JSON keeps every anchor, marked
+    assert [n["gelu_like"] for n in doc["near_misses"]] == [False] and doc["gelu_like_near_misses"] == 0
+    f = gelu("fuse", BERT, "-o", tmp_path / "f.onnx")
+    assert "near-miss" not in f.stdout and "-v lists it" in f.stdout, f.stdout
+    assert "near-miss left unfused" in gelu("fuse", BERT, "-o", tmp_path / "f.onnx", "-v").stdout
+    # a GELU written with a wrong constant (x/2 for x/sqrt(2)) computes something close: listed by default
+    wrong = save(gelu_model("wrong"), tmp_path / "wrong.onnx")
+    r = gelu("inspect", wrong)
+    assert "0 GELUs found, 1 near-miss" in r.stdout and "tolerance" in r.stdout, r.stdout
+    assert json.loads(gelu("inspect", wrong, "--json").stdout)["near_misses"][0]["gelu_like"] is True
+
+
+def test_quiet_and_verbose_on_every_command(tmp_path):
+    for c in COMMANDS + ("info",):
+        h = gelu(c, "--help").stdout
+        assert "-q, --quiet" in h and "-v, --verbose" in h, c
+        assert_one_line_error(gelu(c, "-q", "-v"), 2, "not allowed with")
+    src = save(near_miss_model(), tmp_path / "in.onnx")
+    r = gelu("fuse", src, "-o", tmp_path / "o.onnx", "-q")
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"fused 1 GELU (erf: 1) -> {tmp_path / 'o.onnx'} [target custom]"]
+    assert len(gelu("fuse", src, "-o", tmp_path / "o.onnx").stdout.splitlines()) > 1  # near-miss and notes
+    r = gelu("inspect", src, "-q")
+    assert r.stdout.splitlines() == [f"{src}: 1 GELU found, 1 near-miss"]
+    r = gelu("bench", src, "--repeats", "2", "--warmup", "0", "--opt-levels", "basic", "-q", "--dim", "batch=4")
+    assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("opt level") and len(r.stdout.splitlines()) == 2
+    r = gelu("info", "-q")
+    assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("gelu-onnx ")
+    assert all(line.startswith("warning: ") for line in r.stdout.splitlines()[1:])
+
+
+def test_output_folders_are_created_and_removed_on_failure(tmp_path):
+    src = save(gelu_model(), tmp_path / "in.onnx")
+    out = tmp_path / "new" / "deeper" / "o.onnx"
+    r = gelu("fuse", src, "-o", out)
+    assert r.returncode == 0 and out.is_file(), r.stderr
+    onnx.checker.check_model(str(out))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x08\x07garbage")
+    assert_one_line_error(gelu("fuse", junk, "-o", tmp_path / "x" / "y" / "o.onnx"), 2)
+    assert not (tmp_path / "x").exists()  # the folders made for the failed fuse went with it
+    # killed after the model was written into the new folder, before it was renamed into place
+    r = gelu("fuse", src, "-o", tmp_path / "x" / "y" / "o.onnx", env={"GELU_ONNX_TEST_FAULT": "write:before-rename=SIGTERM"})
+    assert r.returncode == 128 + 15 and not (tmp_path / "x").exists(), (r.returncode, r.stderr)
+    assert_one_line_error(gelu("fuse", src, "-o", f"{tmp_path / 'x' / 'y'}/"), 2, "ends with a path separator")
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "file").write_text("not a folder")
+    assert_one_line_error(gelu("fuse", src, "-o", tmp_path / "file" / "sub" / "o.onnx"), 2, "cannot create its folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ["junk.onnx", "file"])
+    assert (tmp_path / "file").read_text() == "not a folder"
+
+
+def _fake_install(folder: Path, direct_url: dict | None) -> Path:
+    """A gelu-onnx dist-info with pip's record of where it came from (PEP 610), found first on sys.path."""
+    dist = folder / "gelu_onnx-0.0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gelu-onnx\nVersion: 0.0.1\n")
+    if direct_url is not None:
+        (dist / "direct_url.json").write_text(json.dumps(direct_url))
+    return folder
+
+
+@pytest.mark.parametrize("direct_url, command", [
+    ({"url": "file:///src/gelu%20onnx", "dir_info": {"editable": True}}, "pip install -e '/src/gelu onnx'"),
+    ({"url": "file:///src/gelu-onnx", "dir_info": {}}, "pip install --force-reinstall --no-deps /src/gelu-onnx"),
+    ({"url": "file:///w/gelu_onnx-0.1-py3-none-linux_x86_64.whl", "archive_info": {}},
+     "pip install --force-reinstall --no-deps /w/gelu_onnx-0.1-py3-none-linux_x86_64.whl"),
+    (None, "pip install --force-reinstall --no-deps gelu-onnx"),
+])
+def test_hints_name_a_command_for_this_install(tmp_path, direct_url, command):
+    site = _fake_install(tmp_path, direct_url)
+    r = gelu("info", env={"PYTHONPATH": f"{site}{os.pathsep}{ROOT}"})
+    assert r.returncode == 0, r.stderr
+    missing = [line for line in r.stdout.splitlines() if line.startswith("missing: ")]
+    assert all("-D" not in line for line in missing), missing  # no CMake flags to a pip user
+    trt = [line for line in missing if line.startswith("missing: TensorRT plugin")]
+    if trt:  # TensorRT is not installed here: how to build the plugin for this install
+        assert command in trt[0], (trt, command)
+
+
+def test_without_onnxruntime_the_hint_installs_it(tmp_path):
+    src = save(gelu_model(), tmp_path / "in.onnx")
+    code = ("import sys; sys.modules['onnxruntime'] = None  # as if not installed\n"
+            "from gelu_onnx import cli; sys.exit(cli.main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "check", src, src], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert_one_line_error(r, 3, "onnxruntime is not installed")
+    assert "pip install onnxruntime" in r.stderr and "gelu-onnx[" not in r.stderr
+
+
+def test_plugin_hint_names_this_install():
+    from gelu_onnx import buildinfo, tensorrt
+
+    if tensorrt.PLUGIN_ENV in os.environ:
+        pytest.skip(f"{tensorrt.PLUGIN_ENV} is set")
+    try:
+        tensorrt.plugin_library_path()
+    except UnsupportedError as e:  # not built here (no TensorRT): the hint rebuilds this very install
+        assert f"TensorRT_ROOT=<TensorRT install dir> {buildinfo.reinstall_command()}" in str(e)
+        assert buildinfo.reinstall_command() == f"pip install -e {shlex.quote(str(ROOT))}"  # make setup's install
+    else:
+        pytest.skip("the TensorRT plugin is built")

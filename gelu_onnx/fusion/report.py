@@ -7,6 +7,11 @@ Each near-miss reason has a code (``Code``: a str, so JSON and comparisons keep
 the spelling) that the code which found the reason sets; nothing derives a code
 from a message. When one anchor has several reasons, the most specific
 (lowest ``priority``) is reported.
+
+Not every near-miss is worth a reader's time: an anchor (Tanh, Erf, Sigmoid)
+whose region computes nothing like a GELU (a BERT pooler's lone ``Tanh``) is
+recorded with ``gelu_like`` False; the CLI lists those only under ``-v``, and
+JSON keeps them all.
 """
 from __future__ import annotations
 
@@ -58,6 +63,13 @@ _PRIORITY = {
 }
 
 
+# A region whose largest error against the nearest GELU, relative to max(|x|, 1)
+# (fusion.match.numeric), is at most this computes something close to a GELU:
+# a GELU with one wrong constant is (0.5 -> 0.6: 0.2), so are ReLU (0.17) and
+# SiLU (0.12); a lone Tanh or Sigmoid is not (0.83).
+NEAR_GELU = 0.25
+
+
 @dataclass
 class NearMiss:
     graph: str
@@ -65,10 +77,20 @@ class NearMiss:
     code: Code
     reason: str
     form: str | None = None
+    # how far the region's function is from the nearest GELU (Code.TOLERANCE); None: not measured
+    error: float | None = None
+
+    @property
+    def gelu_like(self) -> bool:
+        """The region computes something close to a GELU, or is one the target
+        cannot take; False for an anchor with no GELU around it."""
+        if self.code is Code.NOT_GELU:
+            return False
+        return self.error is None or self.error <= NEAR_GELU
 
     def as_dict(self) -> dict:
         return {"graph": self.graph, "anchor": self.anchor, "code": self.code.value, "reason": self.reason,
-                "form": self.form}
+                "form": self.form, "gelu_like": self.gelu_like}
 
 
 @dataclass(kw_only=True)
@@ -139,6 +161,7 @@ class FuseResult:
             "fused": len(self.fusions),
             "by_form": by_form,
             "near_misses": len(self.near_misses),
+            "gelu_like_near_misses": sum(n.gelu_like for n in self.near_misses),
             "already_target_ops": len(self.already),
             "notes": list(self.notes),
         }

@@ -115,8 +115,10 @@ def require():
     """The loaded library; ScannerMissing when there is none."""
     lib = _library()
     if lib is None:
+        from ..buildinfo import reinstall_command  # the hint only: out of a fuse's imports (docs/design.md)
+
         raise ScannerMissing(f"{LIBRARY} (plugins/scan) is not built or does not load: the fuse pass "
-                             "needs it; reinstall the package (pip install -e . or make setup)")
+                             f"needs it; reinstall the package ({reinstall_command()})")
     return lib
 
 

@@ -319,10 +319,10 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
     anode = idx.node(anchor)
     aname = anode.name or f"{anode.op_type}#{anchor}"
     guess = OPS[anode.op_type].family
-    reasons: list[tuple[int, Code, str]] = []  # (priority, code, reason)
+    reasons: list[tuple[int, Code, str, float | None]] = []  # (priority, code, reason, distance from a GELU)
 
-    def miss(code, reason):
-        reasons.append((code.priority, code, reason))
+    def miss(code, reason, error=None):
+        reasons.append((code.priority, code, reason, error))
 
     candidates = leaf_candidates(idx, anchor)
     cand_set = frozenset(candidates)
@@ -348,7 +348,7 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
         if chk.error > chk.tolerance:
             if math.isfinite(chk.error):
                 miss(Code.TOLERANCE, f"computes a function {chk.error:.3g} away from the {chk.form} GELU "
-                                  f"(tolerance {chk.tolerance:g} for {chk.precision})")
+                                  f"(tolerance {chk.tolerance:g} for {chk.precision})", chk.error)
             continue
         if chk.note:
             miss(*chk.note)
@@ -370,7 +370,7 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
         if best is not None:
             err, form, tol, precision = best
             miss(Code.TOLERANCE, f"computes a function {err:.3g} away from the {form} GELU "
-                              f"(tolerance {tol:g} for {precision})")
+                              f"(tolerance {tol:g} for {precision})", err)
     # Would a root be a GELU if its other sources were x, or if its
     # overridable / [1,1]-shaped constants were plain scalars? Then that is
     # exactly why it was not fused. Only near-misses pay for this.
@@ -380,10 +380,10 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
             miss(*d)
     if not reasons:
         reasons.append((Code.NOT_GELU.priority, Code.NOT_GELU,
-                        f"{anode.op_type} is not part of an elementwise x*f(x) GELU spelling"))
+                        f"{anode.op_type} is not part of an elementwise x*f(x) GELU spelling", None))
     reasons.sort(key=lambda r: r[0])
-    _, code, reason = reasons[0]
-    return None, NearMiss(idx.path, aname, code, reason, guess)
+    _, code, reason, error = reasons[0]
+    return None, NearMiss(idx.path, aname, code, reason, guess, error)
 
 
 def _diagnose(idx: GraphIndex, anchor: int, root: str):
