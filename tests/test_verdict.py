@@ -287,3 +287,29 @@ def test_golden_outputs_say_their_bound_is_fixed(tmp_path):
     plain = json.loads(subprocess.run([sys.executable, "-m", "gelu_onnx", "check", o, f, "--json"],
                                       capture_output=True, text=True).stdout)
     assert not any(n.startswith("golden") for n in plain["notes"])
+
+
+def test_islands_inside_if_branches_and_functions():
+    """Nodes without types outside their graph (If branches, model-local
+    function bodies): one-input ops probed by op type, Erf made an island."""
+    then = h.make_graph([h.make_node("Erf", ["x"], ["t"])], "then", [], [h.make_tensor_value_info("t", T.FLOAT, [4])])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["e"])], "else", [],
+                         [h.make_tensor_value_info("e", T.FLOAT, [4])])
+    fn = h.make_function("local", "ErfTwice", ["a"], ["b"], [h.make_node("Erf", ["a"], ["m"]),
+                                                            h.make_node("Erf", ["m"], ["b"])],
+                         [h.make_opsetid("", 17)])
+    nodes = [h.make_node("If", ["cond"], ["y0"], then_branch=then, else_branch=other),
+             h.make_node("ErfTwice", ["y0"], ["y"], domain="local")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [4]),
+                                  h.make_tensor_value_info("cond", T.BOOL, [])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [4])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("local", 1)], functions=[fn],
+                     ir_version=9)
+    x = np.array([-1.5, -0.25, 0.5, 2.0], np.float32)
+    for cond in (True, False):
+        feeds = {"x": x, "cond": np.array(cond)}
+        ref = reference.build(runners.load(m), _cpu, feeds)
+        assert ref.label == "the original in float64 (Erf in float32) (CPU, optimizations off)", ref.notes
+        y = ref.run(feeds)["y"]
+        want = erf(erf(erf(x.astype(np.float64)) if cond else x.astype(np.float64)))
+        assert y.dtype == np.float64 and np.allclose(y, want, rtol=1e-6, atol=1e-6)

@@ -22,7 +22,7 @@ needs a constant input, say) says nothing about precision, and the node
 stays as it is. Nodes inside If/Loop/Scan bodies and model-local functions
 have no types outside their graph: ops there with one input, or all-float
 ops (_ALL_FLOAT), are probed by op type with every input and output float.
-Probes are cached per plan (one check).
+Probes are cached per plan (one check: the runner factory decides what builds).
 """
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ _FLOATS = (TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT, TensorP
 _ORT_TYPES = {name.lower(): v for name, v in TensorProto.DataType.items()}
 _ALL_FLOAT = {"Conv", "ConvTranspose", "InstanceNormalization", "BatchNormalization", "GroupNormalization",
               "LayerNormalization", "Gemm", "MatMul"}
-_CACHE: dict[int, dict[tuple, bool]] = {}  # per plan() call: the runner factory decides what builds
 
 
 @dataclass(frozen=True)
@@ -101,41 +100,58 @@ def tensor_types(skeleton: onnx.ModelProto, make_runner) -> dict[str, int] | Non
     return out
 
 
-def _node_model(node, ins, outs, model: onnx.ModelProto) -> onnx.ModelProto:
-    g = helper.make_graph([node], "probe", [helper.make_tensor_value_info(f"i{k}", t, None) for k, t in ins if t],
-                          [helper.make_tensor_value_info(f"o{k}", t, None) for k, t in outs if t])
-    m = helper.make_model(g, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-    m.functions.extend(model.functions)
-    return m
+class _Prober:
+    """One-node sessions of ``model``'s nodes, each signature built once."""
 
+    def __init__(self, model: onnx.ModelProto, make_runner):
+        self.model, self.make_runner = model, make_runner
+        self.opsets = {_domain(o.domain): o.version for o in model.opset_import}
+        self.funcs = {(f.domain, f.name) for f in model.functions}
+        self.cache: dict[tuple, bool] = {}
 
-def _runs(node: onnx.NodeProto, ins: list[int | None], outs: list[int | None], model, make_runner) -> bool:
-    """Does a one-node session of ``node`` with these input / output types build?"""
-    ops = {_domain(o.domain): o.version for o in model.opset_import}
-    attrs = tuple(sorted((a.name, a.SerializeToString()) for a in node.attribute))
-    key = (_domain(node.domain), node.op_type, ops.get(_domain(node.domain)), tuple(ins), tuple(outs), attrs)
-    cache = _CACHE.setdefault(id(make_runner), {})
-    if key not in cache:
-        probe = onnx.NodeProto()
-        probe.CopyFrom(node)
-        probe.name = "probe"
-        del probe.input[:]
-        del probe.output[:]
-        probe.input.extend(f"i{k}" if t else "" for k, t in enumerate(ins))
-        probe.output.extend(f"o{k}" if t else "" for k, t in enumerate(outs))
-        cache[key] = _session(_node_model(probe, enumerate(ins), enumerate(outs), model), make_runner) is not None
-    return cache[key]
+    def builds(self, node: onnx.NodeProto, ins: list, outs: list) -> bool:
+        """Does a session of ``node`` alone, with these input / output elem
+        types (None: an absent optional), build?"""
+        attrs = tuple(sorted((a.name, a.SerializeToString()) for a in node.attribute))
+        key = (_domain(node.domain), node.op_type, self.opsets.get(_domain(node.domain)), tuple(ins), tuple(outs),
+               attrs)
+        if key not in self.cache:
+            probe = onnx.NodeProto()
+            probe.CopyFrom(node)
+            probe.name = "probe"
+            del probe.input[:]
+            del probe.output[:]
+            probe.input.extend(f"i{k}" if t else "" for k, t in enumerate(ins))
+            probe.output.extend(f"o{k}" if t else "" for k, t in enumerate(outs))
+            g = helper.make_graph(
+                [probe], "probe", [helper.make_tensor_value_info(f"i{k}", t, None) for k, t in enumerate(ins) if t],
+                [helper.make_tensor_value_info(f"o{k}", t, None) for k, t in enumerate(outs) if t])
+            m = helper.make_model(g, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
+            m.functions.extend(self.model.functions)
+            self.cache[key] = _session(m, self.make_runner) is not None
+        return self.cache[key]
 
+    def island(self, node, ins: list, outs: list, to: int, candidates) -> int | None:
+        """The elem type ``node`` runs in: None when it builds in ``to`` (or
+        in no candidate either), else the first candidate that builds."""
+        def at(dt, ts):
+            return [dt if t in _FLOATS else t for t in ts]
 
-def _island(node, types: list[int | None], outs: list[int | None], to: int, candidates, model, make_runner):
-    """The elem type ``node`` runs in: None when it runs in ``to`` (or in no
-    candidate either), else the first candidate that builds."""
-    def at(dt, ts):
-        return [dt if t in _FLOATS else t for t in ts]
+        if not any(t in _FLOATS for t in ins + outs) or self.builds(node, at(to, ins), at(to, outs)):
+            return None
+        return next((c for c in candidates if self.builds(node, at(c, ins), at(c, outs))), None)
 
-    if not any(t in _FLOATS for t in types + outs) or _runs(node, at(to, types), at(to, outs), model, make_runner):
-        return None
-    return next((c for c in candidates if _runs(node, at(c, types), at(c, outs), model, make_runner)), None)
+    def by_op_type(self, n, to: int, candidates, p: Plan) -> None:
+        """A node without known types: one-input and all-float ops, probed
+        with every input and output float."""
+        key = (n.domain, n.op_type)
+        if key in p.op_types or key in self.funcs or any(_nested(n)) or not (
+                len(n.input) == 1 or n.op_type in _ALL_FLOAT):
+            return
+        dt = self.island(n, [TensorProto.FLOAT] * len(n.input), [TensorProto.FLOAT] * len(n.output), to,
+                         candidates)
+        if dt is not None:
+            p.op_types[key] = dt
 
 
 def plan(model: onnx.ModelProto, skeleton_f32: onnx.ModelProto, to: int, candidates: tuple[int, ...],
@@ -145,37 +161,28 @@ def plan(model: onnx.ModelProto, skeleton_f32: onnx.ModelProto, to: int, candida
     first of ``candidates`` that runs; ``skeleton_f32``: the same graph
     without its weights, 16-bit floats made float32, for the types."""
     p = Plan()
-    try:
-        _plan(p, model, skeleton_f32, to, candidates, make_runner)
-    finally:
-        _CACHE.pop(id(make_runner), None)
-    return p
-
-
-def _plan(p: Plan, model, skeleton_f32, to, candidates, make_runner) -> None:
+    probe = _Prober(model, make_runner)
     types = tensor_types(skeleton_f32, make_runner)
-    funcs = {(f.domain, f.name) for f in model.functions}
     if types is None:
         p.notes.append("ONNX Runtime does not build the original's graph in float32, so its tensors' types are "
                        "unknown: only one-input and all-float ops were probed for a higher-precision kernel")
     for k, n in enumerate(model.graph.node):
-        nested = any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute)
-        if nested or (n.domain, n.op_type) in funcs:
+        if any(_nested(n)) or (n.domain, n.op_type) in probe.funcs:
             continue  # their bodies are planned by op type
         if types is None:
-            _by_op_type(n, to, candidates, model, make_runner, p)
+            probe.by_op_type(n, to, candidates, p)
             continue
         ins = [types.get(i) if i else None for i in n.input]
         outs = [types.get(o) if o else None for o in n.output]
         if any(i and t is None for i, t in zip(n.input, ins)) or any(o and t is None for o, t in zip(n.output, outs)):
             continue
-        dt = _island(n, ins, outs, to, candidates, model, make_runner)
+        dt = probe.island(n, ins, outs, to, candidates)
         if dt is not None:
             p.nodes[k] = Island(dt, tuple(t in _FLOATS for t in ins), tuple(t in _FLOATS for t in outs))
-    bodies = [g for n in model.graph.node for g in _nested(n)] + [f for f in model.functions]
-    for body in bodies:
+    for body in [g for n in model.graph.node for g in _nested(n)] + list(model.functions):
         for n in _all_nodes(body):
-            _by_op_type(n, to, candidates, model, make_runner, p)
+            probe.by_op_type(n, to, candidates, p)
+    return p
 
 
 def _nested(node):
@@ -191,17 +198,3 @@ def _all_nodes(body):
         yield n
         for g in _nested(n):
             yield from _all_nodes(g)
-
-
-def _by_op_type(n, to, candidates, model, make_runner, p: Plan) -> None:
-    key = (n.domain, n.op_type)
-    if key in p.op_types or not (len(n.input) == 1 or n.op_type in _ALL_FLOAT) or any(_nested(n)):
-        return
-    if (n.domain, n.op_type) in {(f.domain, f.name) for f in model.functions}:
-        return
-    probe = onnx.NodeProto()
-    probe.CopyFrom(n)
-    dt = _island(probe, [TensorProto.FLOAT] * len(n.input), [TensorProto.FLOAT] * len(n.output), to, candidates,
-                 model, make_runner)
-    if dt is not None:
-        p.op_types[key] = dt
