@@ -276,8 +276,9 @@ def check_feeds(iterations) -> list[str]:
         where = f" (iteration {i})" if len(iterations) > 1 else ""
         arrays = {k: np.asarray(v) for k, v in feeds.items()}
         if arrays and all(a.size == 0 for a in arrays.values()):
-            raise InputError(f"every input is empty{where} ({', '.join(f'{k} {list(a.shape)}' for k, a in arrays.items())}):"
-                             " nothing can be compared; give non-zero dims (--dim, --dim-default) or other inputs")
+            shapes = ", ".join(f"{k} {list(a.shape)}" for k, a in arrays.items())
+            raise InputError(f"every input is empty{where} ({shapes}): nothing can be compared; give non-zero dims "
+                             "(--dim, --dim-default) or other inputs")
         for k, a in arrays.items():
             if not a.size or not (a.dtype.kind == "f" or is_bf16(a)):
                 continue

@@ -16,7 +16,6 @@ import onnx
 from onnx import helper
 
 
-
 @dataclass
 class Site:
     """One GELU of the original: its tensor and its ``inspect`` record."""
@@ -61,7 +60,8 @@ def _with_outputs(m: onnx.ModelProto, outputs: list[tuple[str, int]]) -> onnx.Mo
     have = {o.name for o in out.graph.output}
     for name, et in outputs:
         if name not in have:
-            out.graph.output.append(helper.make_tensor_value_info(name, et, None) if et else onnx.ValueInfoProto(name=name))
+            vi = helper.make_tensor_value_info(name, et, None) if et else onnx.ValueInfoProto(name=name)
+            out.graph.output.append(vi)
     return out
 
 
