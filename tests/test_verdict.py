@@ -194,7 +194,8 @@ def test_rule_bounds_and_floor():
     assert t.beyond(got.max_bound) == 1
     # the original is exact: the floor, a few eps of the output's scale, decides
     eps, rms = verdict.EPS["float16"], float(np.sqrt(np.mean(ref**2)))
-    for off, ok in ((0.5 * v["mean_floor_eps"] * eps * rms, True), (2 * v["mean_floor_eps"] * eps * rms, False)):
+    floor = v["floor_eps"]["float16"]["mean"]
+    for off, ok in ((0.5 * floor * eps * rms, True), (2 * floor * eps * rms, False)):
         t = verdict.Tally()
         t.add(ref, ref, ref + off)
         assert verdict.judge(t, "float16").passed is ok

@@ -111,9 +111,10 @@ def mlp_bf16(folder: Path, act: str = "gelu", seed: int = 0, bias_std: float = 0
     bf16 kernels for Cast, LayerNormalization and data movement only (no
     MatMul, Add, Erf), so the weights, biases, norms and the activations
     between layers are bf16 and the math runs in float32 between Casts.
-    Per layer: h (bf16) -> Cast f32 -> MatMul Cast(W) -> Add Cast(b) -> GELU
-    (TorchScript's erf chain; QuickGELU x*Sigmoid(1.702x) for 'quick_gelu')
-    in f32 -> Cast bf16 -> LayerNormalization (bf16). x: [batch, SEQ, HIDDEN]
+    Per layer (a post-norm residual FFN): h (bf16) -> Cast f32 -> MatMul
+    Cast(W) -> Add Cast(b) -> GELU (TorchScript's erf chain; QuickGELU
+    x*Sigmoid(1.702x) for 'quick_gelu') -> + the layer's input, in f32 ->
+    Cast bf16 -> LayerNormalization (bf16). x: [batch, SEQ, HIDDEN]
     bf16. W ~ N(0, 1/HIDDEN), biases N(0, bias_std^2) (default 0.1, as
     models/params.py draws them), norm shifts N(0, 0.1^2), norm scales
     1 + N(0, 0.1^2)."""
@@ -153,8 +154,9 @@ def mlp_bf16(folder: Path, act: str = "gelu", seed: int = 0, bias_std: float = 0
             nodes += [h.make_node("Div", [x, "sqrt2"], [t + "d"]), h.make_node("Erf", [t + "d"], [t + "e"]),
                       h.make_node("Add", [t + "e", "one"], [t + "p"]), h.make_node("Mul", [x, t + "p"], [t + "m"]),
                       h.make_node("Mul", [t + "m", "half"], [t + "g"])]
-        nodes += [h.make_node("Cast", [t + "g"], [t + "gb"], to=T.BFLOAT16),
-                  h.make_node("LayerNormalization", [t + "gb", gam, bet], [t + "out"], axis=-1, epsilon=1e-5)]
+        nodes += [h.make_node("Add", [t + "hf", t + "g"], [t + "res"]),
+                  h.make_node("Cast", [t + "res"], [t + "rb"], to=T.BFLOAT16),
+                  h.make_node("LayerNormalization", [t + "rb", gam, bet], [t + "out"], axis=-1, epsilon=1e-5)]
         cur = t + "out"
     nodes[-1].output[0] = "y"
     g = h.make_graph(nodes, "mlp_bf16", [h.make_tensor_value_info("x", T.BFLOAT16, ["batch", SEQ, HIDDEN])],
