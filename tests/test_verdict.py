@@ -314,3 +314,24 @@ def test_islands_inside_if_branches_and_functions():
         y = ref.run(feeds)["y"]
         want = erf(erf(erf(x.astype(np.float64)) if cond else x.astype(np.float64)))
         assert y.dtype == np.float64 and np.allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+def test_contrib_attention_is_an_island_with_its_int_input():
+    """com.microsoft.Attention has no float64 CPU kernel: its float inputs run
+    Cast to float32, its int32 mask stays as it is, its output Cast back."""
+    rng = np.random.default_rng(0)
+    hid, heads = 8, 2
+    w = nh.from_array(rng.standard_normal((hid, 3 * hid)).astype(np.float32) * 0.3, "w")
+    b = nh.from_array(rng.standard_normal(3 * hid).astype(np.float32) * 0.1, "b")
+    nodes = [h.make_node("Attention", ["x", "w", "b", "mask"], ["a"], domain="com.microsoft", num_heads=heads),
+             h.make_node("Tanh", ["a"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, hid]),
+                                  h.make_tensor_value_info("mask", T.INT32, [1, 3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 3, hid])], [w, b])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)], ir_version=9)
+    feeds = {"x": rng.standard_normal((1, 3, hid)).astype(np.float32), "mask": np.ones((1, 3), np.int32)}
+    ref = reference.build(runners.load(m), _cpu, feeds)
+    assert ref.label == "the original in float64 (com.microsoft.Attention in float32) (CPU, optimizations off)"
+    y = ref.run(feeds)["y"]
+    y0 = _cpu(m).run(feeds)["y"]
+    assert y.dtype == np.float64 and np.allclose(y, y0, rtol=1e-5, atol=1e-6) and not ref.warnings
