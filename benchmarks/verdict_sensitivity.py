@@ -1,7 +1,7 @@
 """The smallest per-GELU error `gelu-onnx check` detects end to end, per dtype.
 
 A fused 12-layer model (tests/helpers/deep_models.py: BERT-like / ViT-like, random
-non-zero parameters, --target custom) gets one GELU's output scaled by
+non-zero parameters, and the bf16 MLP stack, --target custom) gets one GELU's output scaled by
 (1 + eps) (computed in float32, rounded to the model's dtype, as a kernel
 with that relative error would write it), in GELU 6 of 12 (or --gelu). The
 smallest eps that fails `check`'s default verdict is found by bisection in
@@ -34,7 +34,7 @@ from helpers import deep_models as D  # noqa: E402
 from gelu_onnx import contract, verify  # noqa: E402
 
 CASES = [("bert", "torchscript", "fp32"), ("bert", "torchscript", "fp16"), ("vit", "dynamo", "fp32"),
-         ("vit", "torchscript", "fp16")]
+         ("vit", "torchscript", "fp16"), ("mlp", "onnx", "bf16")]
 
 
 def scaled(fused: onnx.ModelProto, index: int, eps: float) -> onnx.ModelProto:
@@ -98,13 +98,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "verdict_sensitivity"))
     ap.add_argument("--gelu", type=int, default=6, help="which GELU of 12 (0-based, default 6)")
+    ap.add_argument("--only", choices=sorted({c[2] for c in CASES}), help="the cases of one dtype")
     args = ap.parse_args()
     import onnxruntime
     import torch
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for arch, exporter, dt in CASES:
+        for arch, exporter, dt in [c for c in CASES if args.only in (None, c[2])]:
             t0 = time.perf_counter()
             orig, fused_path = D.fused(arch, exporter, dt, "custom", Path(tmp))
             fused = onnx.load(str(fused_path))

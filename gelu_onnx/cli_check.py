@@ -82,6 +82,8 @@ def _verdict(rep, tail: str | None) -> int:
         tail = f"{sum(r.passed for r in rep.outputs)} of {len(rep.outputs)} outputs within tolerance"
     if rep.problems:
         tail += f"; {rep.problems[0]}"
+    else:
+        tail += next((f"; {r.name}: {r.message}" for r in rep.outputs if not r.passed and r.message), "")
     print(f"gelu-onnx: error: parity check failed: {tail}", file=sys.stderr)
     return 1
 

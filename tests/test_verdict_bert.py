@@ -51,7 +51,8 @@ def test_planted_fault_fails_fp16(deep_folder, kind):
     D.assert_caught(orig, fused, kind)
 
 
-def test_quickgelu_alpha_one_fails(deep_folder):
-    orig, fused = _fused(deep_folder, "torchscript", "fp32", "custom", act="quick_gelu")
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_quickgelu_alpha_one_fails(deep_folder, dtype):
+    orig, fused = _fused(deep_folder, "torchscript", dtype, "custom", act="quick_gelu")
     assert _check(orig, fused).ok
     D.assert_caught(orig, fused, "quick_alpha_one")

@@ -43,6 +43,10 @@ class OutputParity:
     mismatched: int = 0  # elements outside tolerance (incl. non-finite mismatches)
     nonfinite_mismatched: int = 0  # NaN/inf in one model and not at the same place in the other
     elements: int = 0
+    # what the verdict rests on: elements finite in every run compared (for an
+    # exact dtype: every element), and elements the same infinity in every run
+    compared: int = 0
+    same_infinity: int = 0
     rtol: float | None = None
     atol: float | None = None
     passed: bool = False
@@ -73,6 +77,7 @@ def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) ->
     if tol is None:  # integers, bool, strings: must be identical
         equal = ref == got
         row.mismatched = int(ref.size - np.count_nonzero(equal))
+        row.compared = int(ref.size)
         if ref.dtype.kind in "iub" and ref.size:
             row.max_abs = float(np.max(np.abs(ref.astype(np.float64) - got.astype(np.float64))))
         row.passed = row.mismatched == 0
@@ -83,6 +88,8 @@ def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) ->
     equal = (a == b) | (np.isnan(a) & np.isnan(b))
     finite = np.isfinite(a) & np.isfinite(b)
     row.nonfinite_mismatched = int(np.count_nonzero(~equal & ~finite))
+    row.compared = int(np.count_nonzero(finite))
+    row.same_infinity = int(np.count_nonzero(equal & np.isinf(a)))
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(finite, np.abs(a - b), 0.0)
     close = equal | (finite & (diff <= row.atol + row.rtol * np.abs(a)))

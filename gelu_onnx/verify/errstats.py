@@ -16,7 +16,7 @@ import numpy as np
 
 STATS = ("mean_abs", "median_abs", "p99_abs")
 _MAXIMA = ("max_abs", "max_rel", "max_ulp")
-_COUNTS = ("mismatched", "nonfinite_mismatched", "elements")
+_COUNTS = ("mismatched", "nonfinite_mismatched", "elements", "compared", "same_infinity")
 
 
 def abs_stats(diff: np.ndarray) -> dict:

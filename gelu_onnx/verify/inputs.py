@@ -214,6 +214,9 @@ def make_inputs(
     coin flips. The same (model, seed, dims) always gives the same feeds.
     """
     overrides = dict(overrides or {})
+    if not (math.isfinite(scale) and scale != 0):
+        raise InputError(f"--scale must be a finite number other than 0, got {scale}: the random inputs would "
+                         "hold no value the models could be compared on")
     if dim_default < 0:
         raise InputError(f"--dim-default must be >= 0, got {dim_default}")
     specs = input_specs(model)
@@ -260,6 +263,32 @@ def make_inputs(
             )
         feeds[s.name] = np.asarray(a)  # rank 0: a 0-d array, never a numpy scalar ORT cannot take
     return feeds
+
+
+def check_feeds(iterations) -> list[str]:
+    """Refuse feeds a check cannot rest on (InputError, exit 2): a float
+    input with elements but no finite one (all NaN / inf: every output is
+    NaN or inf, nothing is compared), and an iteration whose every input is
+    empty. Returns notes for feeds partly non-finite. An empty input beside
+    non-empty ones is kept: a first-step past key/value cache is empty."""
+    notes = []
+    for i, feeds in enumerate(iterations):
+        where = f" (iteration {i})" if len(iterations) > 1 else ""
+        arrays = {k: np.asarray(v) for k, v in feeds.items()}
+        if arrays and all(a.size == 0 for a in arrays.values()):
+            shapes = ", ".join(f"{k} {list(a.shape)}" for k, a in arrays.items())
+            raise InputError(f"every input is empty{where} ({shapes}): nothing can be compared; give non-zero dims "
+                             "(--dim, --dim-default) or other inputs")
+        for k, a in arrays.items():
+            if not a.size or not (a.dtype.kind == "f" or is_bf16(a)):
+                continue
+            finite = int(np.count_nonzero(np.isfinite(a.astype(np.float32))))
+            if not finite:
+                raise InputError(f"input '{k}'{where} holds no finite value (all {a.size} are NaN or inf): "
+                                 "nothing could be compared on it; give finite inputs")
+            if finite < a.size:
+                notes.append(f"input '{k}'{where}: {a.size - finite} of {a.size} values are NaN or inf")
+    return notes
 
 
 def describe_inputs(feeds: Mapping[str, np.ndarray], source: str) -> list[dict]:

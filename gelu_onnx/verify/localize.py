@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
-from .. import contract
-
 
 @dataclass
 class Site:
@@ -46,11 +44,13 @@ def _summary(f: dict) -> str:
 
 
 def _elem_type(g: onnx.GraphProto, name: str, dtype: str) -> int:
+    """The tensor's declared type; 0 (left to ONNX Runtime's inference) when
+    none is declared: the chain's dtype is not the root's when the chain
+    ends in a Cast (a bf16 stack's float32 GELU, Cast to bf16)."""
     for vi in list(g.value_info) + list(g.output):
         if vi.name == name and vi.type.tensor_type.elem_type:
             return vi.type.tensor_type.elem_type
-    by_name = {v: k for k, v in contract.FLOAT_DTYPES.items()}
-    return by_name.get(dtype, onnx.TensorProto.FLOAT)
+    return 0
 
 
 def _with_outputs(m: onnx.ModelProto, outputs: list[tuple[str, int]]) -> onnx.ModelProto:
@@ -60,7 +60,8 @@ def _with_outputs(m: onnx.ModelProto, outputs: list[tuple[str, int]]) -> onnx.Mo
     have = {o.name for o in out.graph.output}
     for name, et in outputs:
         if name not in have:
-            out.graph.output.append(helper.make_tensor_value_info(name, et, None))
+            vi = helper.make_tensor_value_info(name, et, None) if et else onnx.ValueInfoProto(name=name)
+            out.graph.output.append(vi)
     return out
 
 

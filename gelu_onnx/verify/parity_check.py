@@ -23,7 +23,7 @@ import numpy as np
 
 from . import comparator as cmp
 from . import errstats, feedfiles, localize, pairing, reference, runners, verdict
-from .inputs import DIM_DEFAULT, describe_inputs, dtype_str, input_specs, make_inputs
+from .inputs import DIM_DEFAULT, check_feeds, describe_inputs, dtype_str, input_specs, make_inputs
 from .. import contract
 from ..errors import InputError, UnsupportedError
 from ..fusion.functions import refuse_foreign_functions
@@ -244,7 +244,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                                                                if isinstance(x, (str, os.PathLike))])
     feeds_its, source, seed = _feeds(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
-    problems, notes, warnings = [], [], []
+    problems, notes, warnings = [], check_feeds(feeds_its), []
     gone = pairing.custom_ops_gone(lf.model)
     if gone:
         warnings.append(gone)
@@ -314,6 +314,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         precise = reference.build(o_model, lambda m: runners.runner(m, "cpu", use, "disable", label="reference"),
                                   feeds_its[0])
         notes += precise.notes
+        warnings += precise.warnings
     if precise is not None and precise.runner is None:
         precise = None  # nothing ran: fixed bounds (a note says why)
     elif precise is not None:
@@ -347,6 +348,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         rows = [errstats.merge([it[j] for it in per_out]) for j in range(len(per_out[0]))]
         if judged is not None:
             rows = [judged.apply(r, tallies) for r in rows]
+        rows = [verdict.certify(r) for r in rows]
         fusions = []
         if sites:
             by_name = [{r.name: r for r in it} for it in per_gelu]
@@ -354,12 +356,16 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                 row = errstats.merge([b[s.tensor] for b in by_name]) if s.in_fused else None
                 if row is not None and judged is not None:
                     row = judged.apply(row, gelu_tallies)
+                if row is not None:
+                    row = verdict.certify(row)
                 fusions.append(localize.fusion_record(s, row))
         first = next((f["tensor"] for f in fusions if not f["pass"]), None)
         ok = not problems and all(r.passed for r in rows) and first is None
         runs.append(ProviderRun(p, ok, rows, fusions, first))
         saved.append((f"gelu-onnx-fused-{p}", outs, times))
 
+    if reference_outputs is not None:
+        notes.append(verdict.golden_note(runs[0].outputs))
     # written last, once everything ran: a check that fails on bad input
     # leaves an existing file of that name as it was
     if save_inputs is not None:

@@ -8,14 +8,15 @@ float64's memory), float64 for a float32 one - run on the CPU with ONNX
 Runtime's graph optimizations off (no fused kernels; no TF32: the CPU has
 none). Retyping keeps the graph: initializers, Constant values, Cast / dtype
 attributes, graph inputs and outputs change type, nothing else; value_info
-is dropped (ONNX Runtime infers it). An op the CPU EP has no float64 kernel
-for (ONNX Runtime 1.32: Erf, so every erf GELU, and Conv) runs in float32
-between two Casts, found first on a copy without the weights; the report
-says so. A copy whose weights would exceed contract.REFERENCE_MAX_BYTES is
-not made (the check holds it, its bytes and ONNX Runtime's copy at once).
-When no copy runs, the original itself (on the CPU, optimizations
-off) is the reference, and the report says that; when not even that runs,
-the check judges by the fixed tolerances.
+is dropped (ONNX Runtime infers it). A node ONNX Runtime cannot run in the
+copy's type (Erf, Conv, Gelu-20, com.microsoft ops, Q/DQ in float64) runs in
+float32 between two Casts: which ones is asked of ONNX Runtime on a copy
+without the weights (gelu_onnx.verify.kernel_coverage); the report names
+them. A copy whose weights would exceed contract.REFERENCE_MAX_BYTES is not
+made (the check holds it, its bytes and ONNX Runtime's copy at once). When
+no copy runs, the original itself (on the CPU, optimizations off) is the
+reference, with a warning in full words; when not even that runs, the check
+judges by the fixed tolerances.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import contract
 from ..errors import InputError, UnsupportedError
+from . import kernel_coverage
 from .inputs import is_bf16
 
 _FLOATS = (TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
@@ -36,13 +38,9 @@ _NAMES = {TensorProto.DOUBLE: "float64", TensorProto.FLOAT: "float32"}
 # ops whose output type is an attribute
 _DTYPE_ATTR = {"EyeLike": "dtype", "RandomNormal": "dtype", "RandomNormalLike": "dtype", "RandomUniform": "dtype",
                "RandomUniformLike": "dtype", "Bernoulli": "dtype", "Multinomial": "dtype"}
-_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\)")
-# islands in float32 for ops without a float64 kernel: one op type per retry;
-# unary ops, and these, whose every input and output is a float tensor
-_MAX_ISLANDS = 6
-_PROBE_MIN = 1024  # initializers this large become inputs of the kernel probe
-_ALL_FLOAT = {"Conv", "ConvTranspose", "InstanceNormalization", "BatchNormalization", "GroupNormalization",
-              "LayerNormalization", "Gemm", "MatMul"}
+_ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_WHY_MAX = 400  # characters of a failure's first line kept in a note (cut between words)
+_PROBE_MIN = 1024  # initializers this large become inputs of the type probe
 
 
 @dataclass
@@ -55,6 +53,7 @@ class Reference:
     islands: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     feed_dtype: np.dtype | None = None  # float feeds are cast to it
+    warnings: list[str] = field(default_factory=list)  # the original itself is the reference
 
     @property
     def label(self) -> str:
@@ -76,21 +75,22 @@ class Reference:
 
 
 def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
-            islands: tuple[str, ...] = ()) -> onnx.ModelProto:
+            plan: kernel_coverage.Plan | None = None) -> onnx.ModelProto:
     """A copy of ``model`` with every float tensor of a type in ``_FLOATS``
-    retyped to ``to`` (float32: only the 16-bit ones); ``islands``: op types
-    that run in float32 between Casts (unary ops only)."""
+    retyped to ``to`` (float32: only the 16-bit ones); ``plan``: the nodes
+    that run in another type between Casts (gelu_onnx.verify.kernel_coverage)."""
     src = (TensorProto.FLOAT16, TensorProto.BFLOAT16) + ((TensorProto.FLOAT,) if to == TensorProto.DOUBLE else ())
     m = onnx.ModelProto()
     m.CopyFrom(model)
     np_to = np.float64 if to == TensorProto.DOUBLE else np.float32
+    plan = plan or kernel_coverage.Plan()
 
     def tensor(t: onnx.TensorProto) -> None:
         if t.data_type in src:
             a = numpy_helper.to_array(t, base_dir or "").astype(np_to)
             t.CopyFrom(numpy_helper.from_array(a, t.name))
 
-    def graph(g: onnx.GraphProto) -> None:
+    def graph(g: onnx.GraphProto, main: bool = False) -> None:
         for t in g.initializer:
             tensor(t)
         for t in g.sparse_initializer:
@@ -100,9 +100,17 @@ def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
             if vi.type.HasField("tensor_type") and tt.elem_type in src:
                 tt.elem_type = to
         del g.value_info[:]
-        nodes(g.node, g)
+        nodes(g.node)
+        islands = dict(plan.nodes) if main else {}
+        for k, n in enumerate(g.node):
+            dt = plan.op_types.get((n.domain, n.op_type))
+            if k not in islands and dt is not None and not any(
+                    a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+                islands[k] = kernel_coverage.Island(dt, (True,) * len(n.input), (True,) * len(n.output))
+        if islands:
+            _islands(g.node, islands, to)
 
-    def nodes(ns, g) -> None:
+    def nodes(ns) -> None:
         for n in ns:
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
@@ -120,12 +128,15 @@ def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
                 _constant_floats(n, np_to)
             if n.op_type == "ConstantOfShape" and not any(a.name == "value" for a in n.attribute):
                 n.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1, np_to))))
-        if g is not None and islands:
-            _islands(g, islands)
 
-    graph(m.graph)
+    graph(m.graph, main=True)
     for f in m.functions:
-        nodes(f.node, None)
+        nodes(f.node)
+        isl = {k: kernel_coverage.Island(plan.op_types[(n.domain, n.op_type)], (True,) * len(n.input),
+                                         (True,) * len(n.output))
+               for k, n in enumerate(f.node) if (n.domain, n.op_type) in plan.op_types}
+        if isl:
+            _islands(f.node, isl, to)
     return m
 
 
@@ -138,24 +149,28 @@ def _constant_floats(n: onnx.NodeProto, np_to) -> None:
             n.attribute.append(helper.make_attribute("value", numpy_helper.from_array(v)))
 
 
-def _islands(g: onnx.GraphProto, ops: tuple[str, ...]) -> None:
+def _islands(ns, islands: dict, to: int) -> None:
+    """Rewrite the node list ``ns``: node k of ``islands`` reads its float
+    inputs Cast to the island's type and writes its float outputs through a
+    Cast back to ``to``."""
     out = []
-    for k, n in enumerate(g.node):
-        if n.op_type not in ops or not (len(n.input) == 1 or n.op_type in _ALL_FLOAT):
+    for k, n in enumerate(ns):
+        isl = islands.get(k)
+        if isl is None:
             out.append(n)
             continue
-        tag = f"__gelu_onnx_f32_{k}"
+        tag = f"__gelu_onnx_island_{k}"
         for i, x in enumerate(n.input):
-            if x:
+            if x and i < len(isl.ins) and isl.ins[i]:
                 n.input[i] = x + tag
-                out.append(helper.make_node("Cast", [x], [n.input[i]], to=TensorProto.FLOAT))
+                out.append(helper.make_node("Cast", [x], [n.input[i]], to=isl.dtype))
         out.append(n)
         for i, y in enumerate(n.output):
-            if y:
+            if y and i < len(isl.outs) and isl.outs[i]:
                 n.output[i] = y + tag
-                out.append(helper.make_node("Cast", [n.output[i]], [y], to=TensorProto.DOUBLE))
-    del g.node[:]
-    g.node.extend(out)
+                out.append(helper.make_node("Cast", [n.output[i]], [y], to=to))
+    del ns[:]
+    ns.extend(out)
 
 
 def _float_types(model: onnx.ModelProto) -> set[int]:
@@ -180,7 +195,7 @@ def _float_bytes(model: onnx.ModelProto, to: int) -> int:
     return sum(int(np.prod(t.dims)) * item for t in model.graph.initializer if t.data_type in _FLOATS)
 
 
-def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model without its large initializers (graph inputs of the same
     type and shape instead): a session of it finds the missing kernels
     without copying the weights (BERT-base in float64: 0.2 s, not 13 s)."""
@@ -203,20 +218,15 @@ def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     return sk
 
 
-def _missing_kernels(loaded, make_runner, to: int) -> list[str]:
-    """The op types the CPU EP has no ``to`` kernel for, found on the skeleton."""
-    islands: list[str] = []
-    sk = _skeleton(loaded.model)
-    while len(islands) < _MAX_ISLANDS:
-        try:
-            make_runner(_beside(retyped(sk, to, loaded.base_dir, tuple(islands)), loaded))
-            break
-        except Exception as e:  # noqa: BLE001 - the full copy's own try says what failed
-            miss = _NO_KERNEL.search(e.message if isinstance(e, (InputError, UnsupportedError)) else str(e))
-            if not miss or miss.group(1) in islands:
-                break
-            islands.append(miss.group(1))
-    return islands
+def why(e: BaseException) -> str:
+    """What a failed copy's error says, in whole words: its first line
+    without ONNX Runtime's status prefix, never cut inside a word."""
+    msg = e.message if isinstance(e, (InputError, UnsupportedError)) else str(e)
+    line = (msg.strip().splitlines() or [type(e).__name__])[0]
+    line = _ORT_PREFIX.sub("", line).strip()
+    if len(line) > _WHY_MAX:
+        line = line[:_WHY_MAX].rsplit(" ", 1)[0] + " (...)"
+    return line
 
 
 def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
@@ -225,35 +235,53 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
     ``loaded``: the original (onnxio.LoadedModel); ``make_runner(model)``:
     a CPU runner at optimization level 'disable' (ModelProto or LoadedModel
     in, ``run(feeds)`` out). An fp16/bf16 model: float32, then float64; a
-    float32 one: float64 (op types without a float64 kernel in float32
-    islands); then the original; each failure to build or run moves to the
-    next. When none runs, ``dtype`` is 'none' (the check falls back to fixed
-    bounds)."""
+    float32 one: float64; each with the islands ONNX Runtime needs
+    (gelu_onnx.verify.kernel_coverage); then the original, with a warning;
+    each failure to build or run moves to the next. When none runs,
+    ``dtype`` is 'none' (the check falls back to fixed bounds)."""
     types = _float_types(loaded.model)
     notes: list[str] = []
+    failed: list[str] = []
     half = bool(types & {TensorProto.FLOAT16, TensorProto.BFLOAT16})
+    sk = sk32 = None
+
+    def probe_runner(m):
+        return make_runner(_beside(m, loaded))
+
     for to in ([TensorProto.FLOAT] if half else []) + [TensorProto.DOUBLE]:
         size = _float_bytes(loaded.model, to)
         if size > contract.REFERENCE_MAX_BYTES:
             notes.append(f"a {_NAMES[to]} copy of the original would hold {size / 2**30:.1f} GiB of weights "
                          f"(more than {contract.REFERENCE_MAX_BYTES / 2**30:g} GiB): not made")
+            failed.append(f"the {_NAMES[to]} copy would be too large")
             continue
-        islands = _missing_kernels(loaded, make_runner, to) if to == TensorProto.DOUBLE else []
         try:
-            m = retyped(loaded.model, to, loaded.base_dir, tuple(islands))
-            ref = Reference(make_runner(_beside(m, loaded)), _NAMES[to], islands, notes,
+            if sk is None:
+                sk = skeleton(loaded.model)
+                sk32 = retyped(sk, TensorProto.FLOAT, loaded.base_dir)
+            cands = (TensorProto.FLOAT,) if to == TensorProto.DOUBLE else tuple(
+                t for t in (TensorProto.FLOAT16, TensorProto.BFLOAT16) if t in types)
+            sk_to = sk32 if to == TensorProto.FLOAT else retyped(sk, to, loaded.base_dir)
+            plan = kernel_coverage.plan(sk_to, sk32, to, cands, probe_runner)
+            m = retyped(loaded.model, to, loaded.base_dir, plan)
+            ref = Reference(make_runner(_beside(m, loaded)), _NAMES[to], plan.labels(loaded.model), notes,
                             np.dtype(np.float64 if to == TensorProto.DOUBLE else np.float32))
             ref.run(feeds)  # a kernel may be missing only at run time
+            notes += plan.notes
             return ref
         except Exception as e:  # noqa: BLE001 - any failure: the next, less precise reference
-            msg = e.message if isinstance(e, (InputError, UnsupportedError)) else str(e)
-            why = msg.splitlines()[0][:160] if msg else type(e).__name__
-            notes.append(f"the {_NAMES[to]} copy of the original does not run on the CPU ({why})")
+            reason = why(e)
+            notes.append(f"the {_NAMES[to]} copy of the original does not run on the CPU: {reason}")
+            failed.append(f"the {_NAMES[to]} copy: {reason}")
+    loud = ("the reference is the original itself, not a more precise copy of it ("
+            + "; ".join(failed) + "). The verdict then takes the original's own rounding error as zero and "
+            "judges the fused model by a few ulp of the output alone: a deep fp16 or bf16 model may fail on "
+            "rounding alone, and the report cannot say which model is the more accurate (docs/verdict.md)")
     try:
-        ref = Reference(make_runner(loaded), "original", [], notes)
+        ref = Reference(make_runner(loaded), "original", [], notes, warnings=[loud])
         ref.run(feeds)
         return ref
     except (InputError, UnsupportedError) as e:
-        notes.append(f"the original does not run without graph optimizations ({e.message[:160]}): "
+        notes.append(f"the original does not run without graph optimizations ({why(e)}): "
                      "outputs are judged by the fixed tolerances")
         return Reference(None, "none", [], notes)

@@ -77,8 +77,9 @@ class _Positional:
 
 
 def export(arch: str, exporter: str, dtype: str, folder: Path, act: str = "gelu") -> tuple[Path, dict]:
-    """(the .onnx path, inputs) of one export; ``exporter`` 'torchscript' or
-    'dynamo', ``dtype`` 'fp32' or 'fp16'."""
+    """(the .onnx path, inputs) of one export; ``exporter`` 'torchscript'
+    (opset 17), 'dynamo' (opset 18) or 'dynamo-default' (torch's default
+    opset: ONNX Gelu), ``dtype`` 'fp32' or 'fp16'."""
     import torch
 
     key = (arch, exporter, dtype, act)
@@ -97,9 +98,74 @@ def export(arch: str, exporter: str, dtype: str, folder: Path, act: str = "gelu"
             torch.onnx.export(_Positional(model, names), args, str(path), dynamo=False, opset_version=17,
                               input_names=names, dynamic_axes={n: {0: "batch"} for n in names})
         else:
-            torch.onnx.export(_Positional(model, names), args, str(path), dynamo=True, opset_version=18,
-                              input_names=names, external_data=False)
+            opset = {"opset_version": 18} if exporter == "dynamo" else {}
+            torch.onnx.export(_Positional(model, names), args, str(path), dynamo=True, input_names=names,
+                              external_data=False, **opset)
     onnx.checker.check_model(str(path))
+    _CACHE[key] = (path, inputs)
+    return _CACHE[key]
+
+
+def mlp_bf16(folder: Path, act: str = "gelu", seed: int = 0, bias_std: float = 0.1) -> tuple[Path, dict]:
+    """A 12-layer bf16 MLP stack as ONNX Runtime's CPU EP runs one: it has
+    bf16 kernels for Cast, LayerNormalization and data movement only (no
+    MatMul, Add, Erf), so the weights, biases, norms and the activations
+    between layers are bf16 and the math runs in float32 between Casts.
+    Per layer (a post-norm residual FFN): h (bf16) -> Cast f32 -> MatMul
+    Cast(W) -> Add Cast(b) -> GELU (TorchScript's erf chain; QuickGELU
+    x*Sigmoid(1.702x) for 'quick_gelu') -> + the layer's input, in f32 ->
+    Cast bf16 -> LayerNormalization (bf16). x: [batch, SEQ, HIDDEN]
+    bf16. W ~ N(0, 1/HIDDEN), biases N(0, bias_std^2) (default 0.1, as
+    models/params.py draws them), norm shifts N(0, 0.1^2), norm scales
+    1 + N(0, 0.1^2)."""
+    import ml_dtypes
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    key = ("mlp", "onnx", "bf16", act, bias_std)
+    if key in _CACHE and _CACHE[key][0].exists():
+        return _CACHE[key]
+    rng = np.random.default_rng(seed)
+    bf = ml_dtypes.bfloat16
+
+    def init(name, a):
+        inits.append(nh.from_array(np.asarray(a, np.float32).astype(bf), name))
+        return name
+
+    inits, nodes = [], []
+    f32 = [nh.from_array(np.array(v, np.float32), n) for n, v in
+           (("sqrt2", 2**0.5), ("one", 1.0), ("half", 0.5), ("alpha", 1.702))]
+    cur = "x"
+    for i in range(LAYERS):
+        w = init(f"W{i}", rng.standard_normal((HIDDEN, HIDDEN)) / HIDDEN**0.5)
+        b = init(f"b{i}", rng.standard_normal(HIDDEN) * bias_std)
+        gam = init(f"gamma{i}", 1 + rng.standard_normal(HIDDEN) * 0.1)
+        bet = init(f"beta{i}", rng.standard_normal(HIDDEN) * 0.1)
+        t = f"l{i}_"
+        nodes += [h.make_node("Cast", [cur], [t + "hf"], to=T.FLOAT), h.make_node("Cast", [w], [t + "wf"], to=T.FLOAT),
+                  h.make_node("MatMul", [t + "hf", t + "wf"], [t + "mm"]),
+                  h.make_node("Cast", [b], [t + "bf"], to=T.FLOAT), h.make_node("Add", [t + "mm", t + "bf"], [t + "pre"])]
+        x = t + "pre"
+        if act == "quick_gelu":
+            nodes += [h.make_node("Mul", [x, "alpha"], [t + "ax"]), h.make_node("Sigmoid", [t + "ax"], [t + "sg"]),
+                      h.make_node("Mul", [x, t + "sg"], [t + "g"])]
+        else:
+            nodes += [h.make_node("Div", [x, "sqrt2"], [t + "d"]), h.make_node("Erf", [t + "d"], [t + "e"]),
+                      h.make_node("Add", [t + "e", "one"], [t + "p"]), h.make_node("Mul", [x, t + "p"], [t + "m"]),
+                      h.make_node("Mul", [t + "m", "half"], [t + "g"])]
+        nodes += [h.make_node("Add", [t + "hf", t + "g"], [t + "res"]),
+                  h.make_node("Cast", [t + "res"], [t + "rb"], to=T.BFLOAT16),
+                  h.make_node("LayerNormalization", [t + "rb", gam, bet], [t + "out"], axis=-1, epsilon=1e-5)]
+        cur = t + "out"
+    nodes[-1].output[0] = "y"
+    g = h.make_graph(nodes, "mlp_bf16", [h.make_tensor_value_info("x", T.BFLOAT16, ["batch", SEQ, HIDDEN])],
+                     [h.make_tensor_value_info("y", T.BFLOAT16, ["batch", SEQ, HIDDEN])], inits + f32)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(m, full_check=True)
+    path = Path(folder) / f"mlp_{act}_onnx_bf16{'' if bias_std == 0.1 else f'_b{bias_std:g}'}.onnx"
+    onnx.save(m, str(path))
+    inputs = {"x": rng.standard_normal((2, SEQ, HIDDEN)).astype(bf)}
     _CACHE[key] = (path, inputs)
     return _CACHE[key]
 
@@ -113,7 +179,7 @@ def fused(arch: str, exporter: str, dtype: str, target: str, folder: Path, act: 
 
     key = (arch, exporter, dtype, target, act)
     if key not in _FUSED or not _FUSED[key][1].exists():
-        path, _ = export(arch, exporter, dtype, folder, act)
+        path, _ = mlp_bf16(folder, act) if arch == "mlp" else export(arch, exporter, dtype, folder, act)
         out = Path(folder) / f"{path.stem}.{target}.onnx"
         gelu_onnx.fuse_file(str(path), str(out), target=target)
         _FUSED[key] = (path, out)
@@ -147,6 +213,9 @@ def assert_caught(orig: Path, fused_path: Path, kind: str, **check_kw):
 
     bad = PF.plant(onnx.load(str(fused_path)), kind)
     tensor = next(n.output[0] for n in bad.model.graph.node if n.name == bad.node)
+    # a Cast-wrapped GELU's tensor is the Cast's output (the original chain's root)
+    tensor = next((n.output[0] for n in bad.model.graph.node if n.op_type == "Cast" and list(n.input) == [tensor]),
+                  tensor)
     rep = verify.check(orig, bad.model, localize_gelus=True, **check_kw)
     assert not rep.ok and not any(r.passed for r in rep.outputs if r.verdict != "exact"), kind
     assert rep.first_failure == tensor, (kind, rep.first_failure, tensor)

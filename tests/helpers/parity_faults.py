@@ -138,8 +138,12 @@ _FAULTS = {"wrong_input": _wrong_input, "drop_bias": _drop_bias, "double_bias": 
 # --- helpers -----------------------------------------------------------------
 
 def _constants(m) -> set[str]:
-    return {t.name for t in m.graph.initializer} | {o for n in m.graph.node if n.op_type == "Constant"
-                                                     for o in n.output}
+    """Initializers and Constant outputs, and a Cast of one (a bf16 bias read
+    in float32: tests/helpers/deep_models.mlp_bf16)."""
+    out = {t.name for t in m.graph.initializer} | {o for n in m.graph.node if n.op_type == "Constant"
+                                                    for o in n.output}
+    out |= {n.output[0] for n in m.graph.node if n.op_type == "Cast" and n.input[0] in out}
+    return out
 
 
 def _bias_add(m, node):
