@@ -77,9 +77,9 @@ def models(model_name: str) -> tuple[Path, Path]:
     folder = REPO / "build" / "bench_check"
     folder.mkdir(parents=True, exist_ok=True)
     orig, fused = folder / f"{model_name}.onnx", folder / f"{model_name}.fused.onnx"
-    if not orig.exists():
+    if not orig.exists():  # in a child: this process's peak RSS is inherited by the ones it measures
         tmp = orig.with_suffix(".tmp.onnx")
-        export(model_name, tmp)
+        subprocess.run([sys.executable, __file__, "--export", model_name, str(tmp)], check=True, cwd=REPO)
         tmp.rename(orig)
     if not fused.exists():
         subprocess.run([sys.executable, "-m", "gelu_onnx", "fuse", str(orig), "-o", str(fused)], check=True,
@@ -127,6 +127,10 @@ def machine() -> dict:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--export"]:
+        export(argv[1], Path(argv[2]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(CONFIGS), default="bert-base")
     ap.add_argument("--rounds", type=int, default=3)
@@ -146,8 +150,8 @@ def main(argv=None) -> int:
             for c in order:
                 warm_cache([str(orig), str(fused)])
                 os.sync()
-                r = (run_check(orig, fused, args.batch, args.seq, args.timeout, args.check_args.split())
-                     if c == "gelu-onnx" else run_polygraphy(orig, fused, Path(tmp), args.batch, args.seq, args.timeout))
+                r = (run_polygraphy(orig, fused, Path(tmp), args.batch, args.seq, args.timeout) if c == "polygraphy"
+                     else run_check(orig, fused, args.batch, args.seq, args.timeout, args.check_args.split()))
                 runs[c].append(r)
                 print(f"round {k + 1} {c}: " + (r["error"] if "error" in r else
                       f"{r['seconds']:.2f} s, {r['peak_rss'] / 2**20:.0f} MiB, {r['verdict']}"), flush=True)
@@ -160,9 +164,10 @@ def main(argv=None) -> int:
                           "runs": len(ok)}
         else:
             summary[c] = {"error": rs[-1]["error"] if rs else "not run"}
-    doc = {"command": "python " + " ".join(["benchmarks/bench_check.py"] + (argv if argv is not None else sys.argv[1:])),
+    doc = {"command": "python " + " ".join(["benchmarks/bench_check.py"] + argv),
            "model": args.model, "file_bytes": orig.stat().st_size, "batch": args.batch, "seq": args.seq,
-           "machine": machine(), "summary": summary, "runs": runs}
+           "machine": machine(), "summary": summary, "runs": runs,
+           "loadavg": " / ".join(f"{x:.1f}" for x in os.getloadavg())}
     g, p = summary.get("gelu-onnx", {}), summary.get("polygraphy", {})
     if "seconds" in g and "seconds" in p:
         doc["time_ratio"] = g["seconds"] / p["seconds"]
@@ -177,10 +182,12 @@ def main(argv=None) -> int:
 def markdown(doc: dict) -> str:
     m = doc["machine"]
     lines = [f"# `gelu-onnx check` vs Polygraphy's two steps: {doc['model']} fp32, batch {doc['batch']}x{doc['seq']}", "",
-             f"`{doc['command']}` on {m.get('cpu', '?')} ({m.get('usable_cpus', '?')} usable CPUs), "
+             f"`{doc['command']}` (gelu-onnx {m.get('gelu_onnx_commit', '?')}) on {m.get('cpu', '?')} ({m.get('usable_cpus', '?')} usable CPUs), "
              f"{platform.system()}, Python {platform.python_version()}; model file "
              f"{doc['file_bytes'] / 2**20:.0f} MiB. Each contender its own process (imports included), "
-             "medians of the rounds; peak RSS from wait4.", "",
+             "medians of the rounds; peak RSS from wait4 (the parent stays small: a child inherits its peak).", "",
+             f"Machine load while it ran (other jobs on the same cores): load average "
+             f"{doc.get('loadavg', '?')}; the ratios come from rounds that alternate, not from the seconds alone.", "",
              "| contender | seconds | peak RSS | verdict | x polygraphy (time / memory) |", "|---|---|---|---|---|"]
     p = doc["summary"].get("polygraphy", {})
     for c, s in doc["summary"].items():

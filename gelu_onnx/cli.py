@@ -341,9 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt-levels", default="basic,all", metavar="LIST",
                    help=f"comma-separated ONNX Runtime levels from {','.join(OPT_LEVELS)} (default basic,all)")
     p.add_argument("--provider", choices=("cpu", "cuda"), default="cpu", help="execution provider (default cpu)")
-    p.add_argument("--max-seconds", type=float, default=30.0, metavar="S",
+    p.add_argument("--max-seconds", type=float, default=20.0, metavar="S",
                    help="stop warmup and timing once S seconds have passed, all levels together, after at least 3 "
-                        "timed runs of each session (default 30; 0: every --warmup and --repeats run)")
+                        "timed runs of each session (default 20; 0: every --warmup and --repeats run)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("info", help="what this build contains and what the machine offers",

@@ -195,6 +195,42 @@ def test_progress_lines_with_v_and_nothing_with_q(tmp_path):
     assert width <= 100
 
 
+def test_a_terminal_gets_a_progress_line(tmp_path):
+    """stderr a tty (a pty of 100 columns): tqdm's line names the running step; stdout is the report alone."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+    import threading
+
+    orig, fused = pair(tmp_path)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    got = []
+
+    def read():
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the other end closed
+                return
+            if not chunk:
+                return
+            got.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    p = subprocess.run([sys.executable, "-m", "gelu_onnx", "check", orig, fused], stdout=subprocess.PIPE,
+                       stderr=slave, text=True, timeout=300)
+    os.close(slave)
+    reader.join(10)
+    os.close(master)
+    err = b"".join(got).decode(errors="replace")
+    assert p.returncode == 0 and p.stdout.startswith("check ")
+    assert "check: run the precise reference" in err and "check: run the fused model on cpu" in err
+
+
 def test_bench_stops_at_its_time_budget(tmp_path):
     orig, fused = pair(tmp_path)
     rep = bench.bench(orig, fused, opt_levels=["all"], warmup=1000, repeats=100_000, max_seconds=1.0, threads=1)

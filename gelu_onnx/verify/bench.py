@@ -113,7 +113,7 @@ def versions() -> dict:
 # Timed runs per session per round of _time_pair.
 BLOCK = 3
 MIN_TIMED = 3  # timed runs of each session, whatever the time budget
-MAX_SECONDS = 30.0  # default budget of warmup + timing, all levels together
+MAX_SECONDS = 20.0  # default budget of warmup + timing, all levels together
 
 
 def runs_per_level(warmup: int, repeats: int) -> int:

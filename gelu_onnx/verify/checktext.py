@@ -39,6 +39,8 @@ def report_text(rep, verbose: bool = False, golden: str | None = None) -> str:
         if len(rep.runs) > 1:
             out.append(f"\n[{run.provider}]")
         out.append(_rows(run.outputs, verbose))
+        if not verbose:
+            out += _fixed_bounds(run.outputs)
         out += [_wrap(f"  {r.name}: {r.message}") for r in run.outputs if r.message]
         if run.fusions:
             out.append("")
@@ -100,6 +102,16 @@ def _rows(rows, verbose: bool) -> str:
     return table(cells, ["output", "dtype", "shape", "max_abs", "mean_abs", "max_ulp", "judged", "result"])
 
 
+def _fixed_bounds(rows) -> list[str]:
+    """The default table says 'fixed': which bound, for which outputs."""
+    by_tol: dict[str, list[str]] = {}
+    for r in rows:
+        if r.verdict == "fixed":
+            by_tol.setdefault(_judged(r), []).append(r.name)
+    return [_wrap(f"fixed: |original-fused| <= atol + rtol*|original|, {tol} ({', '.join(names)})")
+            for tol, names in by_tol.items()]
+
+
 def _localized(fusions, first, mode: str, verbose: bool) -> list[str]:
     """The localized tensors: GELUs (all of them), or with --localize all the
     failing ones first (LOCALIZED_SHOWN of them unless verbose)."""
@@ -116,7 +128,8 @@ def _localized(fusions, first, mode: str, verbose: bool) -> list[str]:
     out = [table(cells, [head, what, "fused op", "max_abs", "result"])] if cells else []
     if len(shown) < len(fusions):
         failing = sum(not f["pass"] for f in fusions)
-        out.append(f"({len(shown)} of {failing} failing of {len(fusions)} tensors shown; -v or --json for all)")
+        out.append(f"({len(shown)} of the {failing} failing tensors shown; -v or --json for all {len(fusions)})"
+                   if failing else f"(no tensor fails; -v or --json for all {len(fusions)})")
     out += [_wrap(f"  {f['tensor']}: {f['message']}") for f in shown if not f["pass"] and f.get("message")]
     if first:
         f = next(x for x in fusions if x["tensor"] == first)
