@@ -18,7 +18,6 @@ import sys
 import warnings
 
 from . import __version__, interrupts
-from .files import require_file
 from .errors import GeluOnnxError
 from .fusion import targets
 from .texttable import plural, table
@@ -91,6 +90,24 @@ def tol_arg(s: str):
     if not v >= 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"'{s}': tolerance must be a finite number >= 0")
     return kind, key, v
+
+
+class LocalizeAction(argparse.Action):
+    """``--localize [gelus|all]``: a bare ``--localize`` before the model
+    paths (``check --localize A.onnx B.onnx``, as when it took no value)
+    leaves the path it swallowed to the models."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        from .verify.localize import MODES  # verify loads with the check command, not the parser
+
+        if value is None or value in MODES:
+            namespace.localize = value or "gelus"
+            return
+        namespace.localize = "gelus"
+        if getattr(namespace, "models", None):
+            namespace.models.append(value)
+        else:
+            namespace.models_before = [*getattr(namespace, "models_before", []), value]
 
 
 def shape_arg(s: str):
@@ -315,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tf32", action="store_true",
                    help="let CUDA sessions multiply in TF32 (ONNX Runtime's default; check turns it off)")
     p.add_argument("--opt-level", choices=OPT_LEVELS, default="all", help="ONNX Runtime graph optimization level (default all)")
-    p.add_argument("--localize", nargs="?", const="gelus", choices=("gelus", "all"), default=None,
+    p.add_argument("--localize", nargs="?", action=LocalizeAction, default=None, metavar="gelus|all",
                    help="also compare every GELU's output tensor with the original's and name the first that fails; "
                         "'all': every float tensor both graphs compute (Polygraphy's mark all; costs memory)")
     p.add_argument("--reference-outputs", metavar="GOLDEN.json",

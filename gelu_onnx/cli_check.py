@@ -13,7 +13,7 @@ from .errors import InputError
 def cmd_check(args) -> int:
     from .verify import checktext, parity_check
 
-    models = list(args.models)
+    models = getattr(args, "models_before", []) + list(args.models)
     if len(models) > 2:
         raise InputError(f"check takes ORIGINAL.onnx FUSED.onnx (or FUSED.onnx with --reference-outputs), got {len(models)} files")
     if len(models) == 1 and args.reference_outputs is None:

@@ -180,6 +180,8 @@ def test_localize_all_finds_a_fault_that_is_no_gelu(tmp_path):
     assert tensors[:2] == ["h0", "g"] and "d" not in tensors  # the bias + GELU is one node of the fused graph
     r = cli("check", orig, fused, "--localize", "all")
     assert r.returncode == 1 and "first failing tensor: o0 (MatMul" in r.stdout
+    r = cli("check", "--localize", orig, fused)  # a bare --localize before the models, as before it took a value
+    assert r.returncode == 1 and r.stdout.splitlines()[-1].endswith("1 of 1 GELUs"), r.stdout + r.stderr
 
 
 def test_progress_lines_with_v_and_nothing_with_q(tmp_path):

@@ -28,7 +28,8 @@ import onnx
 from . import comparator as cmp
 from . import feedfiles, runners
 from .inputs import describe_inputs, make_inputs
-from .parity_check import Steps, shape_dims
+from .pairing import shape_dims
+from .parity_check import Steps
 from ..errors import InputError
 from ..fusion.targets import DEFAULT as DEFAULT_TARGET
 

@@ -155,39 +155,6 @@ class Steps:
         self.progress(step, time.perf_counter() - t0)
 
 
-def _run_all(model, provider: str, feeds_its, *, use: bool, opt_level: str, tf32: bool, label: str,
-             libraries=()) -> tuple[list[dict], list[float]]:
-    """One runner's lifecycle: build, run every iteration, release (the next
-    session is built only once this one's memory is back); outputs and
-    seconds per run."""
-    r = runners.runner(model, provider, use, opt_level, label=label, tf32=tf32, libraries=libraries)
-    outs, times = [], []
-    for feeds in feeds_its:
-        t0 = time.perf_counter()
-        outs.append(r.run({k: v for k, v in feeds.items() if k in r.input_names}))
-        times.append(time.perf_counter() - t0)
-    del r
-    gc.collect()
-    return outs, times
-
-
-class _Remembering:
-    """A runner that answers a run on the same feeds as its last one from
-    memory: reference.build tries the reference on the first iteration's
-    feeds, which the check then runs (BERT-base in float64: 3 s saved)."""
-
-    def __init__(self, runner):
-        self.runner, self.input_names, self.last = runner, runner.input_names, None
-
-    def run(self, feeds):
-        if self.last is not None and self.last[0].keys() == feeds.keys() and all(
-                self.last[0][k].dtype == v.dtype and np.array_equal(self.last[0][k], v) for k, v in feeds.items()):
-            return self.last[1]
-        out = self.runner.run(feeds)
-        self.last = ({k: np.array(v) for k, v in feeds.items()}, out)
-        return out
-
-
 def _lean(model):
     """The model loaded; a big file as onnxio.splice's skeleton, its weights
     referenced in place in the file (never held while sessions run: BERT-base
@@ -198,29 +165,6 @@ def _lean(model):
             skel.close()  # its file descriptor serves saving a fused skeleton, not this
             return skel.loaded
     return runners.load(model)
-
-
-def shape_dims(model, shapes: Mapping[str, Sequence[int]], dims: Mapping[str, int] | None) -> dict[str, int]:
-    """``dims`` with the named dims that ``shapes`` ({input: [dims]},
-    Polygraphy's --input-shapes) give; a fixed dim must match, an anonymous
-    one cannot be set by name (--dim-default sets those)."""
-    specs = {s.name: s for s in input_specs(model)}
-    out = dict(dims or {})
-    for name, shape in shapes.items():
-        s = specs.get(name)
-        if s is None:
-            raise InputError(f"--input-shapes {name}: the model has no input of that name "
-                             f"(inputs: {', '.join(specs) or 'none'})")
-        if len(shape) != len(s.dims):
-            raise InputError(f"--input-shapes {name}:{list(shape)}: the input has rank {len(s.dims)} ({s.dims})")
-        for k, (d, v) in enumerate(zip(s.dims, shape)):
-            if isinstance(d, str) and out.setdefault(d, v) != v:
-                raise InputError(f"--input-shapes {name}:{list(shape)}: dim '{d}' is already {out[d]}")
-            if isinstance(d, int) and d != v:
-                raise InputError(f"--input-shapes {name}:{list(shape)}: dim {k} is fixed at {d}")
-            if d is None:
-                raise InputError(f"--input-shapes {name}: dim {k} has no name; set it with --dim-default")
-    return out
 
 
 def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default, scale, allow_pickle):
@@ -329,7 +273,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                       [m for m in (lo, lf) if m is not None], [x for x in (inputs, reference_outputs)
                                                                if isinstance(x, (str, os.PathLike))])
     if input_shapes:
-        dims = shape_dims((lo or lf).model, input_shapes, dims)
+        dims = pairing.shape_dims((lo or lf).model, input_shapes, dims)
     feeds_its, source, seed = _feeds(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
     problems, notes, warnings = [], [], []
@@ -369,7 +313,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     if o_model is not None and (reference_outputs is None or sites):
         with step(f"run the original on {reference_provider}"):
             try:
-                outs, times = _run_all(o_model, reference_provider, feeds_its, opt_level=opt_level, label="original",
+                outs, times = runners.run_all(o_model, reference_provider, feeds_its, opt_level=opt_level, label="original",
                                        **run_opts)
             except InputError as e:
                 if source != "random":
@@ -389,7 +333,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     every_fixed = set(contract.PARITY_TOLERANCE) <= set(tolerances or {})  # --rtol/--atol for all dtypes
     if reference_outputs is None and o_model is not None and not every_fixed:
         with step("run the precise reference"):
-            precise = reference.build(o_model, lambda m: _Remembering(runners.runner(
+            precise = reference.build(o_model, lambda m: runners.Remembering(runners.runner(
                 m, "cpu", use, "disable", label="reference", libraries=libs, lean=True)), feeds_its[0])
             notes += precise.notes
             if precise.runner is not None:
@@ -409,7 +353,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     fused_outputs = [o.name for o in lf.model.graph.output]
     for p in providers:
         with step(f"run the fused model on {p}"):
-            outs, times = _run_all(f_model, p, feeds_its, opt_level=opt_level, label="fused", **run_opts)
+            outs, times = runners.run_all(f_model, p, feeds_its, opt_level=opt_level, label="fused", **run_opts)
         per_out, per_gelu, kept = [], [], []
         tallies: dict[str, verdict.Tally] = {}
         gelu_tallies: dict[str, verdict.Tally] = {}  # a GELU tensor may be an output too

@@ -4,8 +4,10 @@ from the comparison the way Polygraphy keeps them."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -266,6 +268,39 @@ def runner(model, provider="cpu", use_library=False, opt_level="all", threads=No
         return TensorRTRunner(model, label)
     return OrtRunner(model, provider, use_library, opt_level, threads, label=label, tf32=tf32, libraries=libraries,
                      lean=lean)
+
+
+def run_all(model, provider: str, feeds_its, *, use: bool, opt_level: str, tf32: bool, label: str,
+             libraries=()) -> tuple[list[dict], list[float]]:
+    """One runner's lifecycle: build, run every iteration, release (the next
+    session is built only once this one's memory is back); outputs and
+    seconds per run."""
+    r = runner(model, provider, use, opt_level, label=label, tf32=tf32, libraries=libraries)
+    outs, times = [], []
+    for feeds in feeds_its:
+        t0 = time.perf_counter()
+        outs.append(r.run({k: v for k, v in feeds.items() if k in r.input_names}))
+        times.append(time.perf_counter() - t0)
+    del r
+    gc.collect()
+    return outs, times
+
+
+class Remembering:
+    """A runner that answers a run on the same feeds as its last one from
+    memory: reference.build tries the reference on the first iteration's
+    feeds, which the check then runs (BERT-base in float64: 3 s saved)."""
+
+    def __init__(self, runner):
+        self.runner, self.input_names, self.last = runner, runner.input_names, None
+
+    def run(self, feeds):
+        if self.last is not None and self.last[0].keys() == feeds.keys() and all(
+                self.last[0][k].dtype == v.dtype and np.array_equal(self.last[0][k], v) for k, v in feeds.items()):
+            return self.last[1]
+        out = self.runner.run(feeds)
+        self.last = ({k: np.array(v) for k, v in feeds.items()}, out)
+        return out
 
 
 def run(model, feeds, provider="cpu", use_library=None, opt_level="all", label="model") -> dict[str, np.ndarray]:
