@@ -78,25 +78,38 @@ def rows(rep):
 # --- point 4: the lean lifecycle changes memory, not results ---------------------------
 
 
-def test_reference_with_widening_casts_computes_what_the_retyped_copy_does():
-    m = ffn(64, 128)  # W1, W2: 32 KiB each, widened by Casts; b1 (512 B) retyped
-    loaded = runners.load(m)
-    feeds = {"x": np.random.default_rng(1).standard_normal((5, 64)).astype(np.float32)}
-    whole = reference.retyped(m, T.DOUBLE, None, ("Erf",))
-    lean = reference.retyped_lean(m, T.DOUBLE, None, ("Erf",))
+def half(m: onnx.ModelProto) -> onnx.ModelProto:
+    """``m`` in float16: its float initializers and interface."""
+    from onnx import numpy_helper as nh
+
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    for i, t in enumerate(out.graph.initializer):
+        out.graph.initializer[i].CopyFrom(nh.from_array(nh.to_array(t).astype(np.float16), t.name))
+    for vi in list(out.graph.input) + list(out.graph.output):
+        vi.type.tensor_type.elem_type = T.FLOAT16
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_reference_with_widening_casts_computes_what_the_retyped_copy_does(dtype):
+    m = ffn(64, 128) if dtype == "float32" else half(ffn(64, 128))  # W1, W2 >= 16 KiB: widened by Casts
+    to, wide = (T.DOUBLE, np.float64) if dtype == "float32" else (T.FLOAT, np.float32)
+    whole = reference.retyped(m, to, None, ("Erf",) if to == T.DOUBLE else ())
+    lean = reference.retyped_lean(m, to, None, ("Erf",) if to == T.DOUBLE else ())
     assert sum(n.op_type == "Cast" for n in lean.graph.node) == sum(n.op_type == "Cast" for n in whole.graph.node) + 2
-    f64 = {"x": feeds["x"].astype(np.float64)}
-    a = runners.run(whole, f64, use_library=False, opt_level="disable")
-    b = runners.run(lean, f64, use_library=False, opt_level="disable")
-    assert a["y"].dtype == np.float64 and np.array_equal(a["y"], b["y"])
-    assert loaded.model.graph.initializer[0].data_type == T.FLOAT  # the model itself is not touched
+    feeds = {"x": np.random.default_rng(1).standard_normal((5, 64)).astype(wide)}
+    a = runners.run(whole, feeds, use_library=False, opt_level="disable")
+    b = runners.run(lean, feeds, use_library=False, opt_level="disable")
+    assert a["y"].dtype == wide and np.array_equal(a["y"], b["y"])
+    assert m.graph.initializer[0].data_type == (T.FLOAT if dtype == "float32" else T.FLOAT16)  # untouched
 
 
 def test_a_big_file_is_checked_as_a_skeleton_with_the_same_verdict(tmp_path, monkeypatch):
     orig, fused = pair(tmp_path, ffn(256, 512))  # W1, W2: 512 KiB, stripped by splice
     with_skeleton = parity_check.check(orig, fused, dims={"batch": 3})
     monkeypatch.setattr(files, "SPLICE_MIN_BYTES", 0)
-    lean = parity_check._lean(orig)
+    lean = runners.load_lean(orig)
     assert str(orig.resolve()) in lean.external_files and lean.model.ByteSize() < 100_000
     monkeypatch.setenv("GELU_ONNX_SPLICE", "0")
     whole = parity_check.check(orig, fused, dims={"batch": 3})

@@ -200,7 +200,8 @@ def bench(
     for lvl in opt_levels:
         if lvl not in runners.OPT_LEVELS:
             raise InputError(f"unknown optimization level '{lvl}' (choose from {', '.join(runners.OPT_LEVELS)})")
-    lo = runners.load(original)
+    # the file's weights stay in it when no fusing in memory needs them (both sessions load the files)
+    lo = runners.load(original) if fused is None else runners.load_lean(original)
     po = lo.model
     notes, nfus = [], None
     if fused is None:
@@ -213,7 +214,7 @@ def bench(
         if nfus == 0:
             notes.append("no GELU was fused: both sessions run the same graph")
     else:
-        fused_arg = runners.load(fused)
+        fused_arg = runners.load_lean(fused)
         target = None
         from .pairing import interface_differences
 

@@ -28,8 +28,6 @@ from . import errstats, feedfiles, localize, pairing, reference, runners, verdic
 from .inputs import DIM_DEFAULT, describe_inputs, dtype_str, input_specs, make_inputs
 from .. import contract
 from ..errors import InputError, UnsupportedError
-from ..files import splice_wanted
-from ..onnxio import splice
 from ..fusion.functions import refuse_foreign_functions
 
 
@@ -155,18 +153,6 @@ class Steps:
         self.progress(step, time.perf_counter() - t0)
 
 
-def _lean(model):
-    """The model loaded; a big file as onnxio.splice's skeleton, its weights
-    referenced in place in the file (never held while sessions run: BERT-base
-    fp32, 438 MB, is a ~1 MB proto)."""
-    if isinstance(model, (str, os.PathLike)) and splice_wanted(model):
-        skel = splice.open_skeleton(model)
-        if skel is not None:
-            skel.close()  # its file descriptor serves saving a fused skeleton, not this
-            return skel.loaded
-    return runners.load(model)
-
-
 def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default, scale, allow_pickle):
     """(feeds per iteration, source, seed or None)."""
     model = original.model if original is not None else fused_model
@@ -264,8 +250,8 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     libs = runners.custom_op_libraries(custom_op_libraries)
     step = Steps(progress)
     with step("load the models"):
-        lo = _lean(original) if original is not None else None
-        lf = _lean(fused)
+        lo = runners.load_lean(original) if original is not None else None
+        lf = runners.load_lean(fused)
     for m in (lo, lf):  # our library would run our kernel in place of such a function's body
         if m is not None:
             refuse_foreign_functions(m.model)

@@ -17,7 +17,9 @@ from onnx import TensorProto
 
 from .. import contract
 from ..errors import InputError, UnsupportedError
+from ..files import splice_wanted
 from .inputs import is_bf16
+from ..onnxio import splice
 from ..onnxio.fileops import utf8_path
 from ..ortlib import folder_arg, quiet
 
@@ -123,6 +125,18 @@ def load(model, base_dir=None):
     from ..onnxio import load_model_proto
 
     return load_model_proto(model, base_dir=base_dir)
+
+
+def load_lean(model):
+    """The model loaded; a big file as onnxio.splice's skeleton, its weights
+    referenced in place in the file (never held while sessions run: BERT-base
+    fp32, 438 MB, is a ~1 MB proto)."""
+    if isinstance(model, (str, os.PathLike)) and splice_wanted(model):
+        skel = splice.open_skeleton(model)
+        if skel is not None:
+            skel.close()  # its file descriptor serves saving a fused skeleton, not this
+            return skel.loaded
+    return load(model)
 
 
 class ModelSource:
