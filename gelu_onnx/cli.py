@@ -17,9 +17,9 @@ import sys
 import warnings
 
 from . import __version__, interrupts, memlimit, streams
-from .files import require_file
 from .errors import GeluOnnxError
 from .fusion import targets
+from .texttable import plural, table
 
 EXIT_INTERNAL = 4
 
@@ -57,16 +57,6 @@ def emit_json(doc) -> None:
     print(text)
 
 
-def table(rows: list[list], header: list[str]) -> str:
-    cells = [header] + [[("" if c is None else str(c)) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in cells)
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "es" if word.endswith("s") else "s")
-
-
 def dim_arg(s: str):
     name, sep, val = s.partition("=")
     if not sep or not name:
@@ -81,19 +71,57 @@ def dim_arg(s: str):
 
 
 def tol_arg(s: str):
-    """VALUE (every float dtype) or DTYPE=VALUE."""
+    """VALUE (every float dtype), DTYPE=VALUE, or NAME:VALUE (one output or
+    tensor, Polygraphy's spelling): ("dtype", DTYPE or None, v) / ("name", NAME, v)."""
     from .contract import PARITY_TOLERANCE
 
+    name, colon, nval = s.rpartition(":")
     dtype, sep, val = s.rpartition("=")
-    if sep and dtype not in PARITY_TOLERANCE:
+    kind, key = "dtype", (dtype or None)
+    if colon and name and not sep:
+        kind, key, val = "name", name, nval
+    elif sep and dtype not in PARITY_TOLERANCE:
         raise argparse.ArgumentTypeError(f"'{dtype}' is not a float dtype (use one of {', '.join(PARITY_TOLERANCE)})")
     try:
         v = float(val)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected VALUE or DTYPE=VALUE, got '{s}'") from None
+        raise argparse.ArgumentTypeError(f"expected VALUE, DTYPE=VALUE or NAME:VALUE, got '{s}'") from None
     if not v >= 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"'{s}': tolerance must be a finite number >= 0")
-    return (dtype or None), v
+    return kind, key, v
+
+
+class LocalizeAction(argparse.Action):
+    """``--localize [gelus|all]``: a bare ``--localize`` before the model
+    paths (``check --localize A.onnx B.onnx``, as when it took no value)
+    leaves the path it swallowed to the models."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        from .verify.localize import MODES  # verify loads with the check command, not the parser
+
+        if value is None or value in MODES:
+            namespace.localize = value or "gelus"
+            return
+        namespace.localize = "gelus"
+        if getattr(namespace, "models", None):
+            namespace.models.append(value)
+        else:
+            namespace.models_before = [*getattr(namespace, "models_before", []), value]
+
+
+def shape_arg(s: str):
+    """NAME:[D0,D1,...] (Polygraphy's --input-shapes)."""
+    name, sep, dims_s = s.rpartition(":")
+    body = dims_s.strip()
+    if not sep or not name or not (body.startswith("[") and body.endswith("]")):
+        raise argparse.ArgumentTypeError(f"expected NAME:[D0,D1,...] (e.g. input_ids:[1,128]), got '{s}'")
+    try:
+        dims = [int(d) for d in body[1:-1].split(",") if d.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}': dimensions must be integers") from None
+    if any(d < 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"'{s}': dimensions must be >= 0")
+    return name, dims
 
 
 def tol_by_name(s: str):
@@ -157,14 +185,20 @@ def dims(args) -> dict:
 
 def add_input_args(p, dim_default: int) -> None:
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument("--inputs", metavar="FILE", help="feed these arrays instead of random ones: .npz, or Polygraphy "
-                                                    "saved inputs (JSON, e.g. polygraphy run --save-inputs)")
+    p.add_argument("--inputs", "--load-inputs", dest="inputs", metavar="FILE",
+                   help="feed these arrays instead of random ones: .npz, or Polygraphy saved inputs (JSON, e.g. "
+                        "polygraphy run --save-inputs)")
     p.add_argument("--allow-pickle", action="store_true",
                    help="UNSAFE: let --inputs/--reference-outputs hold pickled object arrays (pickle can run code)")
     p.add_argument("--dim", type=dim_arg, action="append", metavar="NAME=VALUE",
                    help="size of a named (symbolic) input dimension; repeatable")
     p.add_argument("--dim-default", type=nonneg_int, default=dim_default, metavar="N",
                    help=f"size of named dims not given by --dim and of unknown dims (default {dim_default})")
+    p.add_argument("--input-shapes", type=shape_arg, nargs="+", action="extend", metavar="NAME:[D0,...]",
+                   help="shapes of the random inputs, Polygraphy's spelling (e.g. input_ids:[1,128]); sets the "
+                        "named dims they declare")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="also register this custom-op library in every ONNX Runtime session; repeatable")
     p.add_argument("--no-library", action="store_true",
                    help="do not register the gelu-onnx custom-op library (the fused model then runs its model-local functions)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -175,10 +209,11 @@ def output_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_mutually_exclusive_group()
     g.add_argument("-q", "--quiet", action="store_true",
-                   help="print only the result line (errors and warnings still go to stderr; --json is unchanged)")
+                   help="print only the result line, no progress (errors and warnings still go to stderr; --json is unchanged)")
     g.add_argument("-v", "--verbose", action="store_true",
-                   help="print everything: every near-miss (also anchors that compute no GELU), every row, "
-                        "ONNX Runtime's own warnings (hidden by default: they describe the model)")
+                   help="print everything: every near-miss (also anchors that compute no GELU), every row and column, "
+                        "one line per step on stderr, ONNX Runtime's own warnings (hidden by default: they describe "
+                        "the model)")
     return p
 
 
@@ -208,49 +243,9 @@ def cmd_check(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .verify import bench as _bench
+    from .cli_bench import cmd_bench as bench  # its report: imported by this command only
 
-    require_file(args.original)
-    if args.fused:
-        require_file(args.fused)
-    if args.inputs is not None:
-        require_file(args.inputs)
-    levels = [s.strip() for s in args.opt_levels.split(",") if s.strip()]
-    # progress on stderr, only when it is a terminal (tqdm's disable=None)
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(levels) * _bench.runs_per_level(args.warmup, args.repeats), desc="bench", unit="run",
-               disable=True if args.quiet else None, file=sys.stderr, leave=False)
-    with bar:
-        rep = _bench.bench(
-            args.original, args.fused, target=args.target, opt_levels=levels, threads=args.threads,
-            warmup=args.warmup, repeats=args.repeats, provider=args.provider,
-            use_library=False if args.no_library else None, seed=args.seed, inputs=args.inputs,
-            dims=dims(args), dim_default=args.dim_default, allow_pickle=args.allow_pickle, progress=bar.update,
-        )
-    for w in rep.warnings:
-        print(f"gelu-onnx: warning: {w}", file=sys.stderr)
-    if args.json:
-        emit_json(rep.to_dict())
-        return 0
-    rows = [[t.opt_level, f"{t.original_ms:.3f}", f"{t.fused_ms:.3f}", f"{t.ratio:.3f}",
-             "ok" if t.parity_ok else "MISMATCH"] for t in rep.results]
-    header = ["opt level", "original ms", "fused ms", "fused/original", "parity"]
-    if args.quiet:
-        print(table(rows, header))
-        return 0
-    m, v = rep.machine, rep.versions
-    what = rep.fused + (f" ({plural(rep.fusions, 'GELU')} fused)" if rep.fusions is not None else "")
-    print(f"bench {rep.original} vs {what}")
-    print(f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, intra-op threads {rep.threads}, provider {rep.provider}")
-    print(f"versions: onnxruntime {v['onnxruntime']}, onnx {v['onnx']}, numpy {v['numpy']}, python {v['python']}, "
-          f"gelu-onnx {v['gelu_onnx']}; custom-op library {'yes' if rep.library else 'no'}")
-    print("inputs: " + ", ".join(f"{i['name']} {i['dtype']} {i['shape']}" for i in rep.inputs))
-    print(f"median of {rep.repeats} runs after {rep.warmup} warmup, interleaved blocks:")
-    print(table(rows, header))
-    for n in rep.notes:
-        print(f"note: {n}")
-    return 0
+    return bench(args)
 
 
 # --- parser ------------------------------------------------------------------------
@@ -306,10 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=positive_int, default=None, metavar="N",
                    help="run N iterations (random inputs: seeds SEED..SEED+N-1; default 1, or every iteration of --inputs)")
     p.add_argument("--scale", type=finite_float, default=1.0, help="random floats are N(0,1) * SCALE (default 1)")
-    p.add_argument("--rtol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
-                   help="judge float outputs (or one dtype's) by |original-fused| <= atol + rtol*|original| "
-                        "instead of the reference; repeatable")
-    p.add_argument("--atol", type=tol_arg, action="append", metavar="[DTYPE=]VALUE",
+    p.add_argument("--rtol", type=tol_arg, nargs="+", action="extend", metavar="[DTYPE=|NAME:]VALUE",
+                   help="judge float outputs (or one dtype's, or one output's: NAME:VALUE, Polygraphy's spelling) "
+                        "by |original-fused| <= atol + rtol*|original| instead of the reference; repeatable")
+    p.add_argument("--atol", type=tol_arg, nargs="+", action="extend", metavar="[DTYPE=|NAME:]VALUE",
                    help="absolute tolerance, same forms as --rtol")
     p.add_argument("--tol", type=tol_by_name, action="append", metavar="NAME:RTOL,ATOL",
                    help="tolerance of one output (or GELU tensor with --localize); wins over --rtol/--atol; repeatable")
@@ -321,8 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tf32", action="store_true",
                    help="let CUDA sessions multiply in TF32 (ONNX Runtime's default; check turns it off)")
     p.add_argument("--opt-level", choices=OPT_LEVELS, default="all", help="ONNX Runtime graph optimization level (default all)")
-    p.add_argument("--localize", action="store_true",
-                   help="also compare every GELU's output tensor with the original's, and name the first that fails")
+    p.add_argument("--localize", nargs="?", action=LocalizeAction, default=None, metavar="gelus|all",
+                   help="also compare every GELU's output tensor with the original's and name the first that fails; "
+                        "'all': every float tensor both graphs compute (Polygraphy's mark all; costs memory)")
     p.add_argument("--reference-outputs", metavar="GOLDEN.json",
                    help="compare with these golden outputs (Polygraphy RunResults, e.g. polygraphy run --save-outputs) "
                         "made from --inputs; ORIGINAL.onnx may then be left out")
@@ -341,11 +337,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"target when FUSED is not given (default {targets.DEFAULT})")
     add_input_args(p, BENCH_DIM_DEFAULT)
     p.add_argument("--threads", type=thread_count, default=2, help="intra-op threads (default 2)")
-    p.add_argument("--warmup", type=nonneg_int, default=10, help="untimed runs per session (default 10)")
-    p.add_argument("--repeats", type=positive_int, default=50, help="timed runs per session (default 50)")
+    p.add_argument("--warmup", type=nonneg_int, default=3, help="untimed runs per session (default 3)")
+    p.add_argument("--repeats", type=positive_int, default=15, help="timed runs per session (default 15)")
     p.add_argument("--opt-levels", default="basic,all", metavar="LIST",
                    help=f"comma-separated ONNX Runtime levels from {','.join(OPT_LEVELS)} (default basic,all)")
     p.add_argument("--provider", choices=("cpu", "cuda"), default="cpu", help="execution provider (default cpu)")
+    p.add_argument("--max-seconds", type=float, default=20.0, metavar="S",
+                   help="stop warmup and timing once S seconds have passed, all levels together, after at least 3 "
+                        "timed runs of each session (default 20; 0: every --warmup and --repeats run)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("info", parents=common, help="what this build contains and what the machine offers",

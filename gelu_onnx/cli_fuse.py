@@ -7,7 +7,8 @@ import contextlib
 import os
 import sys
 
-from .cli import emit_json, one_line, plural, table
+from .cli import emit_json, one_line
+from .texttable import plural, table
 from .errors import InputError
 from .files import fuse_file, inspect_file
 from .fusion import targets

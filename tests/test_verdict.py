@@ -239,7 +239,7 @@ def test_fixed_bound_where_asked_and_json(tmp_path):
     for k in ("verdict", "fused_mean_dev", "fused_max_dev", "original_mean_dev", "original_max_dev", "mean_bound",
               "max_bound"):
         assert row[k] is not None, k
-    text = subprocess.run([sys.executable, "-m", "gelu_onnx", "check", o, f, "--no-library"],
+    text = subprocess.run([sys.executable, "-m", "gelu_onnx", "check", o, f, "--no-library", "-v"],
                           capture_output=True, text=True).stdout
     assert "reference: the original in float32 (CPU, optimizations off)" in text
     assert "judged by" in text and "fused-ref mean/max" in text and "original-ref mean/max" in text

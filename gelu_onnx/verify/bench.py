@@ -7,6 +7,11 @@ untimed run then a few timed ones; original first, then fused first, ...) so
 that clock drift, turbo and cache state hit both equally and neither is timed
 while the other's thread pool is still spinning.
 The figure of merit is median fused / median original (< 1 = fused faster).
+
+Bounded for CI: after the sessions are built, warmup and timing of each level
+stop once its share of ``max_seconds`` has passed (at least MIN_TIMED timed
+runs of each session; ``repeats`` and ``warmup`` are upper bounds), so the
+defaults finish well under a minute on a BERT-base on two cores.
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ import onnx
 from . import comparator as cmp
 from . import feedfiles, runners
 from .inputs import describe_inputs, make_inputs
+from .pairing import shape_dims
+from .parity_check import Steps
 from ..errors import InputError
 from ..fusion.targets import DEFAULT as DEFAULT_TARGET
 
@@ -57,6 +64,7 @@ class BenchReport:
     results: list[Timing]
     machine: dict
     versions: dict
+    max_seconds: float | None = None
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -105,6 +113,8 @@ def versions() -> dict:
 
 # Timed runs per session per round of _time_pair.
 BLOCK = 3
+MIN_TIMED = 3  # timed runs of each session, whatever the time budget
+MAX_SECONDS = 20.0  # default budget of warmup + timing, all levels together
 
 
 def runs_per_level(warmup: int, repeats: int) -> int:
@@ -114,7 +124,7 @@ def runs_per_level(warmup: int, repeats: int) -> int:
 
 
 def _time_pair(a: runners.OrtRunner, b: runners.OrtRunner, feeds_a, feeds_b, warmup: int, repeats: int,
-               tick=lambda n=1: None):
+               tick=lambda n=1: None, seconds: float | None = None):
     """``repeats`` timed runs of each session, in interleaved blocks: per round
     each session does one untimed run and then up to BLOCK timed ones, and the
     session that goes first alternates. Why blocks: after a run, ONNX Runtime's
@@ -122,13 +132,21 @@ def _time_pair(a: runners.OrtRunner, b: runners.OrtRunner, feeds_a, feeds_b, war
     session's shares the cores with those spinners (BERT-base, 2 threads:
     single-run alternation gave 141 vs 177 ms modes depending on what ran
     before). The untimed run absorbs that, so both sides are timed as a
-    session that runs back to back, as a served model does."""
+    session that runs back to back, as a served model does. ``seconds``:
+    warmup stops after a quarter of it, timing once it has all passed (after
+    MIN_TIMED timed runs of each)."""
+    start = time.perf_counter()
+    left = (lambda share: True) if seconds is None else (lambda share: time.perf_counter() - start < share * seconds)
     for _ in range(warmup):
+        if not left(0.25):
+            break
         a.run(feeds_a)
         b.run(feeds_b)
         tick(2)
     ta, tb = [], []
     for i in range((repeats + BLOCK - 1) // BLOCK):
+        if min(len(ta), len(tb)) >= min(MIN_TIMED, repeats) and not left(1.0):
+            break
         order = ((a, feeds_a, ta), (b, feeds_b, tb)) if i % 2 == 0 else ((b, feeds_b, tb), (a, feeds_a, ta))
         for r, f, acc in order:
             r.run(f)
@@ -148,8 +166,8 @@ def bench(
     target: str = DEFAULT_TARGET,
     opt_levels=DEFAULT_OPT_LEVELS,
     threads: int = 2,
-    warmup: int = 10,
-    repeats: int = 50,
+    warmup: int = 3,
+    repeats: int = 15,
     provider: str = "cpu",
     use_library: bool | None = None,
     seed: int = 0,
@@ -158,11 +176,21 @@ def bench(
     dim_default: int = BENCH_DIM_DEFAULT,
     allow_pickle: bool = False,
     progress=None,
+    max_seconds: float | None = MAX_SECONDS,
+    custom_op_libraries=(),
+    input_shapes=None,
+    steps=None,
 ) -> BenchReport:
     """Time ``original`` against ``fused`` (path or ModelProto; None = fuse
     ``original`` in memory with ``target``). ``fused`` must have the
     original's interface (InputError otherwise). ``progress(n)`` is called
-    after every n session runs (``runs_per_level`` per optimization level)."""
+    after every n session runs (at most ``runs_per_level`` per optimization
+    level). ``max_seconds``: the budget of warmup + timing, all levels
+    together (None: every run of ``warmup`` and ``repeats``).
+    ``custom_op_libraries``: more custom-op libraries both sessions register.
+    ``input_shapes``: as check's. ``steps(step, seconds)``: called as each
+    step starts (seconds None) and ends."""
+    step = Steps(steps)
     if threads < 1:
         raise InputError(f"--threads must be >= 1, got {threads}")
     if warmup < 0 or repeats < 1:
@@ -172,7 +200,8 @@ def bench(
     for lvl in opt_levels:
         if lvl not in runners.OPT_LEVELS:
             raise InputError(f"unknown optimization level '{lvl}' (choose from {', '.join(runners.OPT_LEVELS)})")
-    lo = runners.load(original)
+    # the file's weights stay in it when no fusing in memory needs them (both sessions load the files)
+    lo = runners.load(original) if fused is None else runners.load_lean(original)
     po = lo.model
     notes, nfus = [], None
     if fused is None:
@@ -185,7 +214,7 @@ def bench(
         if nfus == 0:
             notes.append("no GELU was fused: both sessions run the same graph")
     else:
-        fused_arg = runners.load(fused)
+        fused_arg = runners.load_lean(fused)
         target = None
         from .pairing import interface_differences
 
@@ -193,27 +222,33 @@ def bench(
         if diffs:
             raise InputError(f"{runners.model_label(original)} and {runners.model_label(fused)} are not an original and its "
                              f"fused model: {'; '.join(diffs)}")
+    if input_shapes:
+        dims = shape_dims(po, input_shapes, dims)
     if inputs is None:
         feeds, src = make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
     else:
         feeds, src = feedfiles.load_npz(inputs, po, allow_pickle), \
             f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
     use = runners.resolve_library(use_library)
+    libs = runners.custom_op_libraries(custom_op_libraries)
 
     warnings = runners.library_warnings(fused_arg.model, use, use_library, [provider])
     tick = progress or (lambda n=1: None)
     results = []
     for lvl in opt_levels:
-        ro = runners.OrtRunner(lo, provider, use, lvl, threads, label="original")
-        rf = runners.OrtRunner(fused_arg, provider, use, lvl, threads, label="fused")
+        with step(f"opt level {lvl}: build both sessions"):
+            ro = runners.OrtRunner(lo, provider, use, lvl, threads, label="original", libraries=libs)
+            rf = runners.OrtRunner(fused_arg, provider, use, lvl, threads, label="fused", libraries=libs)
         fo = {k: v for k, v in feeds.items() if k in ro.input_names}
         ff = {k: v for k, v in feeds.items() if k in rf.input_names}
-        rows = cmp.compare(ro.run(fo), rf.run(ff))
-        tick(2)
-        ta, tb = _time_pair(ro, rf, fo, ff, warmup, repeats, tick)
+        with step(f"opt level {lvl}: compare, warm up, time"):
+            rows = cmp.compare(ro.run(fo), rf.run(ff))
+            tick(2)
+            ta, tb = _time_pair(ro, rf, fo, ff, warmup, repeats, tick,
+                                None if max_seconds is None else max_seconds / len(opt_levels))
         mo, mf = statistics.median(ta), statistics.median(tb)
         results.append(Timing(lvl, mo, mf, mf / mo if mo > 0 else float("inf"), min(ta), min(tb),
-                              all(r.passed for r in rows), repeats))
+                              all(r.passed for r in rows), min(len(ta), len(tb))))
         del ro, rf
     return BenchReport(
         original=runners.model_label(original),
@@ -225,6 +260,7 @@ def bench(
         threads=threads,
         warmup=warmup,
         repeats=repeats,
+        max_seconds=max_seconds,
         inputs=describe_inputs(feeds, src),
         results=results,
         machine=machine_info(threads),

@@ -1,4 +1,5 @@
-"""``check --localize``: which fused GELU diverged.
+"""``check --localize``: which fused GELU diverged (``--localize all``: which
+tensor of the whole graph diverged first, Polygraphy's ``mark all``).
 
 A fused GELU node keeps the original's output tensor name (its ``root``), so
 every GELU that ``inspect`` finds in the original's main graph can be made a
@@ -6,7 +7,12 @@ graph output of both models and compared like a model output. One run of the
 two exposed models gives the model outputs and every GELU's tensor.
 
 GELUs inside subgraphs (If/Loop/Scan bodies) cannot be graph outputs and are
-reported in a note, not compared.
+reported in a note, not compared. With ``every_tensor``, every float tensor
+a node of the original's main graph writes that the fused graph has too (a
+fused GELU's inner tensors are gone; its output keeps its name) is compared
+instead, in the original's node order: the first that fails is where the
+models part. The cost: every such tensor of every run is kept until the
+verdict (BERT-base 1x128: see docs/cli.md).
 """
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
+from .. import contract
+from ..errors import InputError
 
 @dataclass
 class Site:
@@ -33,6 +41,20 @@ class Exposed:
     fused: onnx.ModelProto
     sites: list[Site] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+MODES = ("gelus", "all")
+
+
+def mode(value) -> str | None:
+    """``check(localize_gelus=...)``: False/None, True/"gelus" or "all"."""
+    if value in (None, False):
+        return None
+    if value is True:
+        return "gelus"
+    if value in MODES:
+        return value
+    raise InputError(f"--localize: expected one of {', '.join(MODES)}, got {value!r}")
 
 
 def _summary(f: dict) -> str:
@@ -65,12 +87,16 @@ def _with_outputs(m: onnx.ModelProto, outputs: list[tuple[str, int]]) -> onnx.Mo
     return out
 
 
-def expose(original, fused) -> Exposed:
-    """Both models with every main-graph GELU tensor of the original as an output.
+def expose(original, fused, every_tensor: bool = False) -> Exposed:
+    """Both models with every main-graph GELU tensor of the original as an
+    output (``every_tensor``: every float tensor both compute).
 
     ``original`` / ``fused``: onnxio.LoadedModel (their external data stay where
     they are: the copies keep the references)."""
     from ..files import inspect
+
+    if every_tensor:
+        return _expose_all(original, fused)
 
     rep = inspect(original)
     records = [f.as_dict() if hasattr(f, "as_dict") else dict(vars(f)) for f in rep.fusions]
@@ -94,6 +120,56 @@ def expose(original, fused) -> Exposed:
         if s.in_fused:
             f_out.append((s.tensor, _elem_type(fg, s.tensor, f["dtype"])))
     return Exposed(_with_outputs(original.model, o_out), _with_outputs(fused.model, f_out), sites, notes)
+
+
+def _float_types(g: onnx.GraphProto) -> dict[str, int]:
+    """{tensor: float elem type} of what ONNX Runtime's shape inference knows."""
+    floats = set(contract.FLOAT_DTYPES)
+    return {vi.name: vi.type.tensor_type.elem_type for vi in list(g.value_info) + list(g.output) + list(g.input)
+            if vi.type.tensor_type.elem_type in floats}
+
+
+def _expose_all(original, fused) -> Exposed:
+    """Every float tensor a main-graph node of the original writes, that the
+    fused model's main graph writes too, as an output of both."""
+    from onnx import shape_inference
+
+    og, fg = original.model.graph, fused.model.graph
+    produced = {o: (f"{n.domain}.{n.op_type}" if n.domain else n.op_type) for n in fg.node for o in n.output if o}
+    try:  # the types, from the graph only (the weights stay in their file)
+        typed = _float_types(shape_inference.infer_shapes(_graph_only(original.model)).graph)
+    except Exception:  # noqa: BLE001 - what shape inference could not type is not compared
+        typed = _float_types(og)
+    sites, out = [], []
+    for n in og.node:
+        op = f"{n.domain}.{n.op_type}" if n.domain else n.op_type
+        for o in n.output:
+            if o and o in produced and o in typed:
+                where = f"{op} {n.name}" if n.name else op
+                sites.append(Site(o, {"op": op, "node": n.name}, where, True, produced[o]))
+                out.append((o, typed[o]))
+    notes = [f"--localize all: {len(sites)} float tensors both graphs compute are compared (GELUs' inner tensors "
+             "are not in the fused graph)"]
+    if not sites:
+        notes.append("no tensor of the original's main graph has a typed counterpart in the fused model: "
+                     "nothing to localize")
+    return Exposed(_with_outputs(original.model, out), _with_outputs(fused.model, out), sites, notes)
+
+
+def _graph_only(m: onnx.ModelProto) -> onnx.ModelProto:
+    """``m`` without initializer payloads (shape inference needs types and dims only)."""
+    g = onnx.GraphProto()
+    g.node.extend(m.graph.node)
+    g.input.extend(m.graph.input)
+    g.output.extend(m.graph.output)
+    g.value_info.extend(m.graph.value_info)
+    have = {i.name for i in m.graph.input}
+    for t in m.graph.initializer:
+        if t.name not in have:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    out = onnx.ModelProto(ir_version=m.ir_version, opset_import=list(m.opset_import), functions=list(m.functions))
+    out.graph.CopyFrom(g)
+    return out
 
 
 def split(outputs: dict, sites: list[Site], model_outputs: list[str]) -> tuple[dict, dict]:

@@ -7,12 +7,17 @@ unrelated pair). ``custom_ops_gone`` spots a model fused for the ``custom``
 target whose ``ai.gelu_onnx`` nodes were inlined by another optimizer (ONNX
 Runtime's saved optimized model, onnx.inliner, ...): it keeps the
 ``ai.gelu_onnx`` opset import but none of the ops, so our kernels never run.
+``shape_dims`` reads Polygraphy's --input-shapes against the interface.
 """
 from __future__ import annotations
+
+from typing import Mapping, Sequence
 
 import onnx
 
 from .. import contract
+from ..errors import InputError
+from .inputs import input_specs
 
 
 def _required_inputs(m: onnx.ModelProto) -> dict[str, int]:
@@ -66,3 +71,26 @@ def custom_ops_gone(m: onnx.ModelProto) -> str | None:
     return (f"the model imports the {contract.DOMAIN} opset but has none of its ops: it was fused for the custom "
             "target and another optimizer has inlined the functions, so the gelu-onnx kernels and the TensorRT "
             "plugin will not run (fuse the original again, after that optimizer)")
+
+
+def shape_dims(model, shapes: Mapping[str, Sequence[int]], dims: Mapping[str, int] | None) -> dict[str, int]:
+    """``dims`` with the named dims that ``shapes`` ({input: [dims]},
+    Polygraphy's --input-shapes) give; a fixed dim must match, an anonymous
+    one cannot be set by name (--dim-default sets those)."""
+    specs = {s.name: s for s in input_specs(model)}
+    out = dict(dims or {})
+    for name, shape in shapes.items():
+        s = specs.get(name)
+        if s is None:
+            raise InputError(f"--input-shapes {name}: the model has no input of that name "
+                             f"(inputs: {', '.join(specs) or 'none'})")
+        if len(shape) != len(s.dims):
+            raise InputError(f"--input-shapes {name}:{list(shape)}: the input has rank {len(s.dims)} ({s.dims})")
+        for k, (d, v) in enumerate(zip(s.dims, shape)):
+            if isinstance(d, str) and out.setdefault(d, v) != v:
+                raise InputError(f"--input-shapes {name}:{list(shape)}: dim '{d}' is already {out[d]}")
+            if isinstance(d, int) and d != v:
+                raise InputError(f"--input-shapes {name}:{list(shape)}: dim {k} is fixed at {d}")
+            if d is None:
+                raise InputError(f"--input-shapes {name}: dim {k} has no name; set it with --dim-default")
+    return out

@@ -13,6 +13,8 @@ judged too (gelu_onnx.verify.localize).
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib.util
 import os
 import time
@@ -75,6 +77,8 @@ class CheckReport:
     tf32: bool | None = None  # CUDA sessions with TF32 (None: no CUDA session)
     fusions: list[dict] = field(default_factory=list)  # localize, first provider
     first_failure: str | None = None
+    localize: str | None = None  # "gelus" or "all"
+    custom_op_libraries: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -134,21 +138,19 @@ def compare(ref_out: Mapping, got_out: Mapping, tolerances=None, output_toleranc
     return rows
 
 
-class _Model:
-    """A fused or original model and its runners, one per provider (sessions reused)."""
+class Steps:
+    """The check's steps, each reported to ``progress(step, seconds)``: at its
+    start (seconds None) and at its end."""
 
-    def __init__(self, loaded, label: str, use_library: bool, opt_level: str, tf32: bool = False):
-        self.loaded, self.label, self.use, self.opt, self.tf32 = loaded, label, use_library, opt_level, tf32
-        self._runners: dict[str, runners.OrtRunner | runners.TensorRTRunner] = {}
+    def __init__(self, progress):
+        self.progress = progress or (lambda step, seconds: None)
 
-    def run(self, provider: str, feeds: Mapping[str, np.ndarray]) -> tuple[dict, float]:
+    @contextlib.contextmanager
+    def __call__(self, step: str):
+        self.progress(step, None)
         t0 = time.perf_counter()
-        r = self._runners.get(provider)
-        if r is None:
-            r = self._runners[provider] = runners.runner(self.loaded, provider, self.use, self.opt, label=self.label,
-                                                         tf32=self.tf32)
-        out = r.run({k: v for k, v in feeds.items() if k in r.input_names})
-        return out, time.perf_counter() - t0
+        yield
+        self.progress(step, time.perf_counter() - t0)
 
 
 def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default, scale, allow_pickle):
@@ -204,8 +206,9 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
           tolerances=None, output_tolerances: Mapping[str, Mapping[str, float]] | None = None,
           providers: Sequence[str] = ("cpu",), provider: str | None = None, reference_provider: str | None = None,
           use_library: bool | None = None, opt_level: str = "all", save_inputs=None, save_outputs=None,
-          reference_outputs=None, localize_gelus: bool = False, allow_pickle: bool = False,
-          tf32: bool = False) -> CheckReport:
+          reference_outputs=None, localize_gelus: bool | str = False, allow_pickle: bool = False,
+          tf32: bool = False, custom_op_libraries: Sequence[str] = (), progress=None,
+          input_shapes: Mapping[str, Sequence[int]] | None = None) -> CheckReport:
     """Run the reference and the fused model on the same inputs; compare every output.
 
     ``original``: path / ModelProto / LoadedModel, or None with
@@ -213,19 +216,29 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     be the inputs those outputs were made from). ``providers``: where the
     fused model runs, each compared with the reference; the original runs on
     ``reference_provider`` (default: the first provider). ``localize_gelus``:
-    also compare every GELU tensor of the original's main graph. ``provider``:
-    one provider, instead of ``providers``. ``tolerances`` ({dtype: {rtol,
+    True (or "gelus") also compares every GELU tensor of the original's main
+    graph, "all" every float tensor both graphs compute. ``provider``: one
+    provider, instead of ``providers``. ``tolerances`` ({dtype: {rtol,
     atol}}) / ``output_tolerances`` ({name: {rtol, atol}}): judge those
     outputs by that fixed bound instead of the reference-relative verdict.
-    ``tf32``: let CUDA sessions multiply in TF32 (off by default)."""
+    ``tf32``: let CUDA sessions multiply in TF32 (off by default).
+    ``custom_op_libraries``: more custom-op libraries every ONNX Runtime
+    session registers. ``input_shapes`` ({input: [dims]}, Polygraphy's
+    --input-shapes): the shapes of the random inputs (sets their named dims). ``progress(step, seconds)``: called as each step
+    starts (seconds None) and ends.
+
+    One session at a time, each released before the next is built (the
+    original, the precise reference, the fused model per provider); what is
+    kept between them is their outputs, and the models without their weights."""
     providers = list(dict.fromkeys([provider] if provider is not None else providers)) or ["cpu"]
     reference_provider = reference_provider or providers[0]
+    mode = localize.mode(localize_gelus)
     if original is None and reference_outputs is None:
         raise InputError("give ORIGINAL.onnx, or golden outputs with --reference-outputs")
     if reference_outputs is not None and inputs is None:
         raise InputError("--reference-outputs needs --inputs: the inputs the golden outputs were made from")
-    if localize_gelus and original is None:
-        raise InputError("--localize needs ORIGINAL.onnx: the GELU tensors are compared with the original's")
+    if mode and original is None:
+        raise InputError("--localize needs ORIGINAL.onnx: the tensors are compared with the original's")
     if iterations is not None and iterations < 1:
         raise InputError(f"--iterations must be >= 1, got {iterations}")
     bad = [m for m in (provider_problem(p) for p in providers + [reference_provider]) if m]
@@ -234,19 +247,24 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
             raise InputError(m)
     if bad:
         raise UnsupportedError("; ".join(dict.fromkeys(bad)))
-    lo = runners.load(original) if original is not None else None
-    lf = runners.load(fused)
+    libs = runners.custom_op_libraries(custom_op_libraries)
+    step = Steps(progress)
+    with step("load the models"):
+        lo = runners.load_lean(original) if original is not None else None
+        lf = runners.load_lean(fused)
     for m in (lo, lf):  # our library would run our kernel in place of such a function's body
         if m is not None:
             refuse_foreign_functions(m.model)
     _check_save_paths({"--save-inputs": save_inputs, "--save-outputs": save_outputs},
                       [m for m in (lo, lf) if m is not None], [x for x in (inputs, reference_outputs)
                                                                if isinstance(x, (str, os.PathLike))])
+    if input_shapes:
+        dims = pairing.shape_dims((lo or lf).model, input_shapes, dims)
     feeds_its, source, seed = _feeds(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
     problems, notes, warnings = [], check_feeds(feeds_its), []
     gone = pairing.custom_ops_gone(lf.model)
-    if gone:
+    if gone and not libs:
         warnings.append(gone)
     need_f = {s.name for s in input_specs(lf.model)}
     missing = sorted(need_f - set(feeds_its[0]))
@@ -264,80 +282,71 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         notes.append("TensorRT runs the model through gelu_onnx.tensorrt (the library flag does not apply there)")
 
     sites, o_model, f_model = [], lo, lf
-    if localize_gelus:
-        ex = localize.expose(lo, lf)
+    if mode:
+        ex = localize.expose(lo, lf, every_tensor=mode == "all")
         sites, notes = ex.sites, notes + ex.notes
         o_model = runners.load(ex.original, base_dir=lo.base_dir)
         f_model = runners.load(ex.fused, base_dir=lf.base_dir)
     model_outputs = [o.name for o in (lo or lf).model.graph.output]
+    run_opts = {"use": use, "tf32": tf32, "libraries": libs}
 
     # the reference, per iteration
     golden_runner = None
-    ref_its, ref_times = [], []
+    ref_its, ref_times, ref_gelus = [], [], []
     if reference_outputs is not None:
-        golden_runner, ref_its = feedfiles.load_reference_outputs(reference_outputs, lf.model, allow_pickle=allow_pickle)
-        if len(ref_its) != len(feeds_its):
-            raise InputError(f"--reference-outputs {reference_outputs}: {len(ref_its)} iteration(s) of outputs "
-                             f"for {len(feeds_its)} iteration(s) of inputs")
-        # Polygraphy may have marked more tensors (--onnx-outputs mark all): like its
-        # comparator, compare what the fused model outputs and say what was left
-        fo = [o.name for o in lf.model.graph.output]
-        extra = sorted(set().union(*ref_its) - set(fo))
-        if extra and not set().union(*ref_its) & set(fo):
-            raise InputError(f"--reference-outputs {reference_outputs}: none of its tensors is an output of the "
-                             f"fused model (it has {', '.join(extra[:5])}; the model outputs {', '.join(fo)})")
-        if extra:
-            notes.append(f"{len(extra)} golden tensor(s) that are not outputs of the fused model were not compared: "
-                         f"{', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''}")
-            ref_its = [{k: v for k, v in it.items() if k in fo} for it in ref_its]
+        golden_runner, ref_its = _golden(reference_outputs, lf.model, len(feeds_its), allow_pickle, notes)
         model_outputs = list(ref_its[0])
-    ref_runner = _Model(o_model, "original", use, opt_level, tf32) if o_model is not None else None
-    ref_gelus = []
-    for i, feeds in enumerate(feeds_its):
-        if ref_runner is not None and (reference_outputs is None or sites):
+    if o_model is not None and (reference_outputs is None or sites):
+        with step(f"run the original on {reference_provider}"):
             try:
-                out, t = ref_runner.run(reference_provider, feeds)
+                outs, times = runners.run_all(o_model, reference_provider, feeds_its, opt_level=opt_level, label="original",
+                                       **run_opts)
             except InputError as e:
                 if source != "random":
                     raise
                 raise InputError(f"the original model fails on the generated inputs, before anything is compared "
                                  f"({e.message}); pass inputs it accepts with --inputs FILE") from None
+        for out in outs:
             mo, go = localize.split(out, sites, model_outputs)
             ref_gelus.append(go)
             if reference_outputs is None:
                 ref_its.append(mo)
-                ref_times.append(t)
+        if reference_outputs is None:
+            ref_times = times
+        del outs
     # the precise run that judges both (not with golden outputs: no original run to judge)
     precise, precise_its, precise_gelus = None, [], []
     every_fixed = set(contract.PARITY_TOLERANCE) <= set(tolerances or {})  # --rtol/--atol for all dtypes
     if reference_outputs is None and o_model is not None and not every_fixed:
-        precise = reference.build(o_model, lambda m: runners.runner(m, "cpu", use, "disable", label="reference"),
-                                  feeds_its[0])
-        notes += precise.notes
-        warnings += precise.warnings
-    if precise is not None and precise.runner is None:
+        with step("run the precise reference"):
+            precise = reference.build(o_model, lambda m: runners.Remembering(runners.runner(
+                m, "cpu", use, "disable", label="reference", libraries=libs, lean=True)), feeds_its[0])
+            notes += precise.notes
+            warnings += precise.warnings
+            if precise.runner is not None:
+                for feeds in feeds_its:
+                    mo, go = localize.split(precise.run(feeds), sites, model_outputs)
+                    precise_its.append(mo)
+                    precise_gelus.append(go)
+            precise.runner = None  # released before the fused sessions are built
+            gc.collect()
+    if precise is not None and not precise_its:
         precise = None  # nothing ran: fixed bounds (a note says why)
-    elif precise is not None:
-        for feeds in feeds_its:
-            mo, go = localize.split(precise.run(feeds), sites, model_outputs)
-            precise_its.append(mo)
-            precise_gelus.append(go)
     if "cuda" in providers + [reference_provider]:
         notes.append(tf32_note(tf32))
     judged = verdict.Rule(tolerances, output_tolerances) if precise is not None else None
 
     runs, saved = [], []
     fused_outputs = [o.name for o in lf.model.graph.output]
-    fm = _Model(f_model, "fused", use, opt_level, tf32)
     for p in providers:
-        per_out, per_gelu, outs, times = [], [], [], []
+        with step(f"run the fused model on {p}"):
+            outs, times = runners.run_all(f_model, p, feeds_its, opt_level=opt_level, label="fused", **run_opts)
+        per_out, per_gelu, kept = [], [], []
         tallies: dict[str, verdict.Tally] = {}
         gelu_tallies: dict[str, verdict.Tally] = {}  # a GELU tensor may be an output too
-        for i, feeds in enumerate(feeds_its):
-            out, t = fm.run(p, feeds)
+        for i, out in enumerate(outs):
             mo, go = localize.split(out, sites, fused_outputs)
-            outs.append(mo)
-            times.append(t)
+            kept.append(mo)
             per_out.append(compare(ref_its[i], mo, tolerances, output_tolerances))
             if sites:
                 per_gelu.append(compare(ref_gelus[i], go, tolerances, output_tolerances))
@@ -345,6 +354,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                 judged.tally(tallies, precise_its[i], ref_its[i], mo)
                 if sites:
                     judged.tally(gelu_tallies, precise_gelus[i], ref_gelus[i], go)
+        del outs
         rows = [errstats.merge([it[j] for it in per_out]) for j in range(len(per_out[0]))]
         if judged is not None:
             rows = [judged.apply(r, tallies) for r in rows]
@@ -362,7 +372,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         first = next((f["tensor"] for f in fusions if not f["pass"]), None)
         ok = not problems and all(r.passed for r in rows) and first is None
         runs.append(ProviderRun(p, ok, rows, fusions, first))
-        saved.append((f"gelu-onnx-fused-{p}", outs, times))
+        saved.append((f"gelu-onnx-fused-{p}", kept, times))
 
     if reference_outputs is not None:
         notes.append(verdict.golden_note(runs[0].outputs))
@@ -383,6 +393,26 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         reference=f"golden:{reference_outputs} ({golden_runner})" if reference_outputs is not None else "original",
         precise_reference=precise.label if precise is not None else None,
         tf32=tf32 if "cuda" in providers + [reference_provider] else None,
-        fusions=runs[0].fusions, first_failure=runs[0].first_failure,
-        problems=problems, notes=notes, warnings=warnings)
+        fusions=runs[0].fusions, first_failure=runs[0].first_failure, localize=mode or None,
+        custom_op_libraries=[str(x) for x in libs], problems=problems, notes=notes, warnings=warnings)
 
+
+def _golden(reference_outputs, fused_model, n_its: int, allow_pickle: bool, notes: list[str]):
+    """(runner name, outputs per iteration) of a Polygraphy RunResults file."""
+    golden_runner, ref_its = feedfiles.load_reference_outputs(reference_outputs, fused_model,
+                                                              allow_pickle=allow_pickle)
+    if len(ref_its) != n_its:
+        raise InputError(f"--reference-outputs {reference_outputs}: {len(ref_its)} iteration(s) of outputs "
+                         f"for {n_its} iteration(s) of inputs")
+    # Polygraphy may have marked more tensors (--onnx-outputs mark all): like its
+    # comparator, compare what the fused model outputs and say what was left
+    fo = [o.name for o in fused_model.graph.output]
+    extra = sorted(set().union(*ref_its) - set(fo))
+    if extra and not set().union(*ref_its) & set(fo):
+        raise InputError(f"--reference-outputs {reference_outputs}: none of its tensors is an output of the "
+                         f"fused model (it has {', '.join(extra[:5])}; the model outputs {', '.join(fo)})")
+    if extra:
+        notes.append(f"{len(extra)} golden tensor(s) that are not outputs of the fused model were not compared: "
+                     f"{', '.join(extra[:5])}{', ...' if len(extra) > 5 else ''}")
+        ref_its = [{k: v for k, v in it.items() if k in fo} for it in ref_its]
+    return golden_runner, ref_its

@@ -30,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import contract
 from ..errors import InputError, UnsupportedError
-from . import kernel_coverage
+from . import kernel_coverage, weights
 from .inputs import is_bf16
 
 _FLOATS = (TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
@@ -137,6 +137,19 @@ def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
                for k, n in enumerate(f.node) if (n.domain, n.op_type) in plan.op_types}
         if isl:
             _islands(f.node, isl, to)
+    return m
+
+
+def retyped_lean(model: onnx.ModelProto, to: int, base_dir: str | None = None,
+                 plan: kernel_coverage.Plan | None = None) -> onnx.ModelProto:
+    """``retyped``, with the main graph's large float initializers left as
+    they are (in their file) and widened by Cast nodes ONNX Runtime runs
+    (gelu_onnx.verify.weights): the same values, without a copy of the
+    weights in memory (BERT-base fp32 -> float64: 0.9 GB less)."""
+    src = (TensorProto.FLOAT16, TensorProto.BFLOAT16) + ((TensorProto.FLOAT,) if to == TensorProto.DOUBLE else ())
+    rest, big = weights.split(model, src)
+    m = retyped(rest, to, base_dir, plan)
+    weights.cast_in(m, big, to)
     return m
 
 
@@ -263,7 +276,7 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
                 t for t in (TensorProto.FLOAT16, TensorProto.BFLOAT16) if t in types)
             sk_to = sk32 if to == TensorProto.FLOAT else retyped(sk, to, loaded.base_dir)
             plan = kernel_coverage.plan(sk_to, sk32, to, cands, probe_runner)
-            m = retyped(loaded.model, to, loaded.base_dir, plan)
+            m = retyped_lean(loaded.model, to, loaded.base_dir, plan)
             ref = Reference(make_runner(_beside(m, loaded)), _NAMES[to], plan.labels(loaded.model), notes,
                             np.dtype(np.float64 if to == TensorProto.DOUBLE else np.float32))
             ref.run(feeds)  # a kernel may be missing only at run time
