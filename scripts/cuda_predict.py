@@ -203,7 +203,7 @@ def all_features(rev: str) -> dict[str, Features]:
     with tempfile.TemporaryDirectory(prefix="gelu-predict-") as d:
         kernels = compile_revision(rev, Path(d))
     table = RARE.get(rev, RARE["HEAD"])
-    return {f.key: f for f in (features(k, table) for k in kernels.values() if k.vec > 1)}
+    return {f.key: f for f in (features(k, table) for k in kernels.values() if k.vec > 1 and not k.exact)}
 
 
 def measured(column: int = 1) -> dict[str, float]:

@@ -37,7 +37,9 @@ NVCC_FLAGS = ["-O3", "--fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt
 FP64 = re.compile(r"^(DADD|DMUL|DFMA|DSETP|DSET|DMNMX|DMMA)\b|\.F64|64H\b")
 ELEM = {"f": ("f32", 4), "6__half": ("f16", 2), "13__nv_bfloat16": ("bf16", 2)}
 FORMS = {"0": "erf", "1": "tanh", "2": "sigmoid"}
-NAME = re.compile(r"gelu_kernelILi(\d)E(f|6__half|13__nv_bfloat16)Li(\d+)ELb([01])E")
+# Every kernel template the .cu defines (gelu_kernel, and gelu_exact_kernel: the
+# sigmoid form's exact path), mangled (defined_kernels reads their names in the source).
+NAME = re.compile(r"(gelu_kernel|gelu_exact_kernel)ILi(\d)E(f|6__half|13__nv_bfloat16)Li(\d+)ELb([01])E")
 # A branch's target: its last operand (a predicate may come first: BRA P2, 0x1a40).
 BRANCH_TARGET = re.compile(r"(0x[0-9a-f]+)\s*$")
 INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
@@ -66,6 +68,7 @@ class Kernel:
     esize: int
     vec: int
     bias: bool
+    exact: bool = False  # gelu_exact_kernel: the rare exact path, off the speed budget
     regs: int = 0
     stack: int = 0
     local: int = 0
@@ -74,7 +77,8 @@ class Kernel:
 
     @property
     def key(self) -> str:
-        return f"{self.form} {self.dtype} vec{self.vec} {'bias' if self.bias else 'nobias'}"
+        return (f"{self.form} {self.dtype} vec{self.vec} {'bias' if self.bias else 'nobias'}"
+                + (" exact" if self.exact else ""))
 
     def count(self, pred) -> int:
         return sum(1 for i in self.insns if pred(i[2], i[3]))
@@ -104,8 +108,9 @@ def parse(ptxas_and_res: str, sass: str) -> dict[str, Kernel]:
         if not m:
             return None
         if mangled not in kernels:
-            dtype, esize = ELEM[m.group(2)]
-            kernels[mangled] = Kernel(FORMS[m.group(1)], dtype, esize, int(m.group(3)), m.group(4) == "1")
+            dtype, esize = ELEM[m.group(3)]
+            kernels[mangled] = Kernel(FORMS[m.group(2)], dtype, esize, int(m.group(4)), m.group(5) == "1",
+                                      m.group(1) == "gelu_exact_kernel")
         return kernels[mangled]
 
     cur = None
@@ -129,6 +134,23 @@ def parse(ptxas_and_res: str, sass: str) -> dict[str, Kernel]:
             pred = (m.group(2) or "").strip()
             cur.insns.append((int(m.group(1), 16), pred, m.group(3), m.group(4).strip()))
     return kernels
+
+
+def defined_kernels(source: Path = SOURCE) -> set[str]:
+    """The names of the __global__ functions ``source`` defines (past a
+    __launch_bounds__(...) of nested parentheses)."""
+    text, names = source.read_text(), set()
+    for m in re.finditer(r"__global__\s+void\s+", text):
+        i = m.end()
+        if text.startswith("__launch_bounds__", i):
+            i, depth = text.index("(", i), 0
+            while True:
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+                if depth == 0:
+                    break
+        names.add(re.match(r"\s*(\w+)", text[i:]).group(1))
+    return names
 
 
 def basic_blocks(insns):
@@ -229,7 +251,7 @@ def table(kernels: dict[str, Kernel], arch: str, nvcc_version: str) -> str:
              "(scripts/cuda_sass.py).", "",
              "| kernel | registers | stack B | spill B | local ld/st | FP64 | 128-bit ld/st in loop | hot-path instr | elements/trip | instr/element |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for k in sorted(kernels.values(), key=lambda k: (k.form, k.dtype, k.vec, k.bias)):
+    for k in sorted(kernels.values(), key=lambda k: (k.form, k.dtype, k.vec, k.bias, k.exact)):
         n, e, wide = hot_path(k)
         local = k.count(lambda op, a: op.startswith(("LDL", "STL")))
         fp64 = k.count(lambda op, a: bool(FP64.search(op)))

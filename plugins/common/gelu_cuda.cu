@@ -123,9 +123,11 @@ __global__ void __launch_bounds__(gelu_cuda::kThreads, (gelu_cuda::min_blocks_pe
 }
 // The sigmoid form with 0 < |alpha| < 2^-50 (gelu_cuda_math::sigmoid_alpha_fast):
 // the CPU formulas for every element. A kernel of its own, so the usual
-// kernels carry no branch for it.
+// kernels carry no branch for it. No blocks-per-SM bound: held to the fast
+// kernels' register budget its fp16/bf16 bias variants spilled (8-24 bytes
+// of stack on sm_90); this rare path trades occupancy for none.
 template <int FORM, typename T, int VEC, bool BIAS>
-__global__ void __launch_bounds__(gelu_cuda::kThreads, (gelu_cuda::min_blocks_per_sm<T, BIAS>()))
+__global__ void __launch_bounds__(gelu_cuda::kThreads)
     gelu_exact_kernel(const T* __restrict__ x, const T* __restrict__ b, int64_t bias_len,
                       T* __restrict__ y, int64_t n, float alpha) {
   gelu_cuda::gelu_body<FORM, T, VEC, BIAS>(blockIdx.x, gridDim.x, threadIdx.x, x, b, bias_len, y, n, alpha, true);
