@@ -18,6 +18,7 @@ import sys
 import warnings
 
 from . import __version__, interrupts
+from .cliout import dims, emit_json, plural, table
 from .files import require_file
 from .errors import GeluOnnxError
 from .fusion import targets
@@ -46,26 +47,6 @@ def _escape(err: UnicodeError):
 
 
 codecs.register_error(ESCAPE, _escape)
-
-
-def emit_json(doc) -> None:
-    try:  # the usual: no non-finite float anywhere (no walk over a big report first)
-        text = json.dumps(doc, indent=2, allow_nan=False)
-    except ValueError:
-        from .verify import json_safe  # non-finite floats as "nan" / "inf" strings
-
-        text = json.dumps(json_safe(doc), indent=2)
-    print(text)
-
-
-def table(rows: list[list], header: list[str]) -> str:
-    cells = [header] + [[("" if c is None else str(c)) for c in r] for r in rows]
-    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in cells)
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "es" if word.endswith("s") else "s")
 
 
 def dim_arg(s: str):
@@ -136,10 +117,6 @@ def _int_at_least(low: int):
 
 
 positive_int, nonneg_int = _int_at_least(1), _int_at_least(0)
-
-
-def dims(args) -> dict:
-    return dict(args.dim or [])
 
 
 def add_input_args(p, dim_default: int) -> None:
