@@ -59,6 +59,7 @@ _BI = _ints("bi", [0, 1, 1])
 CASES = {
     "clip6": ([h.make_node("Clip", ["x"], ["y"], min=-0.3, max=0.7)], 9, ["y"], [], "same"),
     "clip6_min_only": ([h.make_node("Clip", ["x"], ["y"], min=0.25)], 9, ["y"], [], "same"),
+    "clip6_max_only": ([h.make_node("Clip", ["x"], ["y"], max=-0.5)], 9, ["y"], [], "same"),
     "pad2_constant": ([h.make_node("Pad", ["x"], ["y"], pads=[0, 1, 2, 0, 0, 2, 1, 1], value=1.5)], 9, ["y"], [],
                       "same"),
     "pad2_negative_zero": ([h.make_node("Pad", ["x"], ["y"], pads=[0, 1, 2, 0, 0, 2, 1, 1], value=-0.0)], 9, ["y"],
