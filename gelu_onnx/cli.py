@@ -17,9 +17,9 @@ import sys
 import warnings
 
 from . import __version__, interrupts, memlimit, streams
+from .cliout import dims, emit_json, one_line
 from .errors import GeluOnnxError
 from .fusion import targets
-from .texttable import plural, table
 
 EXIT_INTERNAL = 4
 
@@ -45,16 +45,6 @@ def _escape(err: UnicodeError):
 
 
 codecs.register_error(ESCAPE, _escape)
-
-
-def emit_json(doc) -> None:
-    try:  # the usual: no non-finite float anywhere (no walk over a big report first)
-        text = json.dumps(doc, indent=2, allow_nan=False)
-    except ValueError:
-        from .verify import json_safe  # non-finite floats as "nan" / "inf" strings
-
-        text = json.dumps(json_safe(doc), indent=2)
-    print(text)
 
 
 def dim_arg(s: str):
@@ -179,10 +169,6 @@ def finite_float(s: str) -> float:
     return v
 
 
-def dims(args) -> dict:
-    return dict(args.dim or [])
-
-
 def add_input_args(p, dim_default: int) -> None:
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--inputs", "--load-inputs", dest="inputs", metavar="FILE",
@@ -215,10 +201,6 @@ def output_args() -> argparse.ArgumentParser:
                         "one line per step on stderr, ONNX Runtime's own warnings (hidden by default: they describe "
                         "the model)")
     return p
-
-
-def one_line(s: str) -> str:
-    return " ".join(str(s).split())
 
 
 # --- commands ----------------------------------------------------------------------

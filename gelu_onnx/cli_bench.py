@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli import dims, emit_json
+from .cliout import dims, emit_json
 from .cli_check import progress
 from .files import require_file
 from .texttable import plural, table

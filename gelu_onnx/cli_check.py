@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from .files import require_file
-from .cli import dims, emit_json
+from .cliout import dims, emit_json
 from .errors import InputError
 
 

@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 
-from .cli import emit_json, one_line
+from .cliout import emit_json, one_line
 from .texttable import plural, table
 from .errors import InputError
 from .files import fuse_file, inspect_file

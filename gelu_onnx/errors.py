@@ -23,10 +23,6 @@ class GeluOnnxError(Exception):
         self.message = message
 
 
-class ParityError(GeluOnnxError, AssertionError):
-    exit_code = 1
-
-
 class InputError(GeluOnnxError, ValueError):
     """The input (model file, npz, arguments) is unreadable, malformed or unsafe."""
 

@@ -440,9 +440,10 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         res.model = m
     unchanged = table is not None  # the main graph is still the input's
     plans = fusion.plan(m, base_dir, table)
-    if t.needs_upgrade(m) and fusion.expressible(plans, t):
-        t.prepare(m, res.notes)
+    if t.needs_upgrade(m) and (fusion.expressible(plans, t) or res.fusions):  # res.fusions: in functions
+        left = t.prepare(m, res.notes, fusion.replaced(plans, t))  # an op is refused only if the fusion keeps it
         plans = fusion.plan(m, base_dir)
+        fusion.refuse_unfused(plans, t, left)
         unchanged = False
 
     def keep_check_model(p):

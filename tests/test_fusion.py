@@ -316,3 +316,32 @@ def test_fused_models_are_clean_for_onnx_graphsurgeon(name, target):
         assert set(n.input) <= defined, n.name
         defined.update(n.output)
     onnx.checker.check_model(gs.export_onnx(g), full_check=True)
+
+
+@pytest.mark.parametrize("target", ["custom", "standard", "ort"])
+def test_a_narrowing_cast_pair_after_the_gelu_keeps_its_rounding(target):
+    """A bf16 model computing each GELU in float32 between Casts (bf16 ->
+    float32 -> GELU -> bfloat16 -> float32 -> the next layer): the Cast pair
+    rounds the GELU's output to bf16. The fused region ends at the narrowing
+    Cast (the op's output is cast to bf16), so the widening Cast stays and
+    the next layer reads bf16 values, as in the original."""
+    nodes = [h.make_node("Cast", ["x"], ["xb"], to=T.BFLOAT16, name="in"),
+             h.make_node("Cast", ["xb"], ["x32"], to=T.FLOAT, name="up")]
+    nodes += erf_gelu_nodes("x32", "g", "a_")
+    nodes += [h.make_node("Cast", ["g"], ["g16"], to=T.BFLOAT16, name="down"),
+              h.make_node("Cast", ["g16"], ["g32"], to=T.FLOAT, name="up2"),
+              h.make_node("MatMul", ["g32", "w"], ["y"], name="next")]
+    w = nh.from_array(np.random.default_rng(6).standard_normal((8, 3)).astype(np.float32), "w")
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [4, 3]), h.make_tensor_value_info("g32", T.FLOAT, [4, 8])],
+                     consts() + [w])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    res = gelu_onnx.fuse_with_report(m, target)
+    assert [f.root for f in res.fusions] == ["g16"], [(f.root, f.nodes) for f in res.fusions]
+    out = res.model
+    onnx.checker.check_model(out, full_check=True)
+    x = {"x": (np.random.default_rng(7).standard_normal((4, 8)) * 3).astype(np.float32)}
+    (y0, g0), (y1, g1) = run(m, x), run(out, x)
+    assert not np.any(g0.view(np.uint32) & 0xFFFF) and not np.any(g1.view(np.uint32) & 0xFFFF), "not bf16 values"
+    np.testing.assert_allclose(g1, g0, rtol=2 ** -8, atol=1e-6)  # one bf16 step at most (the kernel's last bit)
+    np.testing.assert_allclose(y1, y0, rtol=2e-2, atol=2e-2)

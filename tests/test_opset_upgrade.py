@@ -164,3 +164,70 @@ def test_non_onnx_ops_ride_along_and_future_ops_are_refused():
     future = _gelu_model([h.make_node("Gelu", ["g"], ["y"])], [], 17, "y", None)
     with pytest.raises(UnsupportedError, match="Gelu .*no ONNX op at opset 17"):
         opset_upgrade.plan(future)
+
+
+def _gelu_nodes(x: str, y: str, p: str) -> list:
+    """An erf GELU of ``x`` written as five nodes (constants from _CONSTS)."""
+    return [h.make_node("Div", [x, "sqrt2"], [f"{p}0"]), h.make_node("Erf", [f"{p}0"], [f"{p}1"]),
+            h.make_node("Add", [f"{p}1", "one"], [f"{p}2"]), h.make_node("Mul", [x, f"{p}2"], [f"{p}3"]),
+            h.make_node("Mul", [f"{p}3", "half"], [y])]
+
+
+_CONSTS = [nh.from_array(np.array(v, np.float32), n) for n, v in (("sqrt2", np.sqrt(2.0)), ("one", 1.0), ("half", 0.5))]
+_COND = nh.from_array(np.array([True, False, True, True]), "cond")
+_W = nh.from_array(np.random.default_rng(3).standard_normal((6, 6)).astype(np.float32), "w")
+
+
+def _untyped(front, opset, extra_imports=(), tail=()):
+    """x -> ``front`` (writes u, whose type ONNX shape inference cannot give)
+    -> erf GELU -> y, then ``tail``."""
+    g = h.make_graph([*front, *_gelu_nodes("u", "y", "t"), *tail], "g",
+                     [h.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+                     [h.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ["y"] + [n.output[0] for n in tail]],
+                     _CONSTS + [_COND, _W])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset), *extra_imports], ir_version=7)
+
+
+_AFTER_CONTRIB = _untyped([h.make_node("FusedMatMul", ["x", "w"], ["u"], domain="com.microsoft", alpha=0.5)], 11,
+                          [h.make_opsetid("com.microsoft", 1)])
+_AFTER_COMPRESS = _untyped([h.make_node("Compress", ["x", "cond"], ["u"], axis=0)], 9)
+
+
+def _in_function(opset: int):
+    f = h.make_function("local", "Act", ["a"], ["b"], _gelu_nodes("a", "b", "f"),
+                        [h.make_opsetid("", opset)])
+    for c in _CONSTS:  # constants inside the body
+        f.node.insert(0, h.make_node("Constant", [], [c.name], value=c))
+    g = h.make_graph([h.make_node("Act", ["x"], ["y"], domain="local")], "g",
+                     [h.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset), h.make_opsetid("local", 1)], ir_version=8,
+                        functions=[f])
+
+
+@pytest.mark.parametrize("model", [_AFTER_CONTRIB, _AFTER_COMPRESS, _in_function(11)],
+                         ids=["after-contrib-op", "after-compress", "in-function"])
+def test_an_op_the_fusion_replaces_is_not_refused(model):
+    """An Erf whose type ONNX shape inference cannot give (after Compress, after
+    a contrib op, inside a model-local function) would be refused by the
+    upgrade (Erf-13 dropped the integer types); it is the GELU's, which the
+    fusion replaces: the model is raised and fused, and runs like the original."""
+    x = {"x": np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32) * 3}
+    before = _run(model, x)
+    res = gelu_onnx.fuse_with_report(model, "standard")
+    assert len(res.fusions) == 1
+    out = res.model
+    assert _opset(out) == contract.STANDARD_GELU_OPSET
+    nodes = list(out.graph.node) + [n for f in out.functions for n in f.node]
+    assert not any(n.op_type == "Erf" for n in nodes) and sum(n.op_type == "Gelu" for n in nodes) == 1
+    np.testing.assert_allclose(_run(out, x)[0], before[0], rtol=1e-6, atol=1e-6)
+
+
+def test_an_op_the_fusion_keeps_is_still_refused():
+    """The same untyped Erf outside any GELU stays in the model: refused, naming it."""
+    m = _untyped([h.make_node("Compress", ["x", "cond"], ["u"], axis=0)], 9,
+                 tail=[h.make_node("Erf", ["u"], ["e"])])
+    before = m.SerializeToString()
+    with pytest.raises(UnsupportedError, match="Erf .*some types"):
+        gelu_onnx.fuse_with_report(m, "standard")
+    assert m.SerializeToString() == before

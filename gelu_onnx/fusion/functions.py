@@ -27,7 +27,11 @@ import onnx.inliner
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, helper
 
 from .. import contract as C
+from ..errors import InputError
+from .match.single_op import describe
 from .ops import ANCHOR_OPS
+from .rewrite.emit import add_functions, ensure_opset
+from .targets import make_function
 from ..onnxio.walk import subgraphs
 
 if TYPE_CHECKING:
@@ -48,8 +52,6 @@ class FunctionPlan:
 def _holds_anchor(nodes) -> bool:
     """An Erf/Tanh/Sigmoid a spelled GELU hangs on, or a GELU already written
     as one op (the TorchScript exporter at opset 20 puts Gelu in the functions)."""
-    from .match.single_op import describe
-
     for n in nodes:
         if (n.domain in _DEFAULT and n.op_type in ANCHOR_OPS) or describe(n) is not None:
             return True
@@ -182,9 +184,6 @@ def refuse_foreign_functions(model: ModelProto) -> None:
     targets.make_function(op, the function's opset, a dtype it types
     constants for, or None), the body the custom target writes; anything
     else in the domain is one line, exit 2 (docs/safety.md)."""
-    from ..errors import InputError
-    from .targets import make_function
-
     for f in model.functions:
         if f.domain != C.DOMAIN:
             continue
@@ -245,10 +244,7 @@ def fuse_functions(model: ModelProto, target: Target, res: FuseResult, fuse_body
         if _bias_only_at_call_site(f, got, target):
             inline.append(f)
             continue
-        if target.needs_upgrade(model):
-            target.prepare(model, res.notes)
-            return fuse_functions(model, target, res, fuse_body, depth)  # bodies changed: start over
-        _put_back(model, f, got.model)
+        _put_back(model, f, got.model)  # a raised opset: proven on the body; the rest by files.fuse_with_report
         for fu in got.fusions:
             fu.graph = _label(f, names) + (f"/{fu.graph}" if fu.graph else "")
             res.fusions.append(fu)
@@ -306,8 +302,6 @@ def _default(imports) -> int:
 def _put_back(model: ModelProto, f: FunctionProto, fused: ModelProto) -> None:
     """The fused body becomes f's body; its new opset imports and model-local
     functions (our op's math) go to f and to the model."""
-    from .rewrite.emit import add_functions, ensure_opset
-
     del f.node[:]
     f.node.extend(fused.graph.node)
     have = {i.domain for i in f.opset_import}

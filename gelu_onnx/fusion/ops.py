@@ -11,6 +11,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..contract import np_dtype
+
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -30,8 +32,6 @@ def _binary(fn, same_dtype: bool = True, typed: int | None = None) -> Op:
 
 
 def _cast(node, a):
-    from ...contract import np_dtype
-
     to = cast_to(node)
     return a.astype(np_dtype(to)) if to in (1, 10, 11, 16) else None  # the float types
 

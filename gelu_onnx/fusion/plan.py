@@ -12,21 +12,24 @@ rewrite each graph's selected regions replaced by the target's op, then the
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 from onnx import ModelProto, TensorProto
 
+from .match import single_op
 from .match.bias import InferredShapes, find_bias
 from .index.graph import GraphIndex
 from .match.matcher import find_matches
+from .match.numeric import wider
 from .match.replay import MatchSet, RegionInputs, replay_bias, replay_matches
 from .report import FuseResult, Match, NearMiss, record
 from .rewrite.setrewrite import rewrite_graph, set_records
 from .rewrite.emit import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info,
-                           drop_unused_functions, wider)
+                           drop_unused_functions)
 from .targets import Target
-from ..errors import InputError
+from ..errors import InputError, UnsupportedError
 from ..onnxio.arraytable import outer_references, scanned_table, subgraph_table
 from ..onnxio.walk import subgraphs
 
@@ -154,11 +157,9 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
         else:
             sets, matches, misses = replayed.sets, replayed.singles, replayed.misses
             idx.region_inputs = RegionInputs(idx, sets)
-        # GELUs that are one node: match/single_op, imported only for a graph
+        # GELUs that are one node (match/single_op), searched for only in a graph
         # with an op type holding "Gelu" (each of theirs does: tests/test_native.py)
         one_node = any("Gelu" in k for k in idx.arrays.kind_ids)
-        if one_node:
-            from .match import single_op
         ones, one_misses = single_op.find_native(idx) if one_node else ([], [])
         misses += one_misses
         for m in matches:
@@ -204,8 +205,6 @@ def _sort(graph) -> bool:
     """Put ``graph``'s nodes in topological order (stable: each node as
     early as what it reads allows, ties by position); False when a name is
     written twice or the nodes form a cycle."""
-    import heapq
-
     nodes = list(graph.node)
     writer: dict[str, int] = {}
     for i, n in enumerate(nodes):
@@ -265,6 +264,28 @@ def expressible(plan: Plan, target: Target) -> bool:
     return any(target.unsupported(m.form, wider(m.leaf_type, m.root_type)) is None for m in found)
 
 
+def replaced(plan: Plan, target: Target) -> frozenset[str]:
+    """The outputs of every node the target's rewrite of ``plan`` replaces
+    (select on a scratch report, then undone)."""
+    select(plan, target, FuseResult(ModelProto(), target.name))
+    out: set[str] = set()
+    for g in plan.graphs:
+        for s in [*g.selected, *(m for ss in g.selected_sets for m in ss.members())]:
+            mt = s.match
+            nodes = [*mt.nodes, *([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])]
+            out.update(o for i in nodes for o in g.index.node(i).output)
+        g.selected, g.selected_sets = [], []
+    return frozenset(out)
+
+
+def refuse_unfused(plan: Plan, target: Target, left: dict[str, str]) -> None:
+    """UnsupportedError when a node the opset upgrade left unproven, for the
+    fusion to replace, is not replaced by ``plan`` after all."""
+    kept = sorted(set(left) - replaced(plan, target))
+    if kept:
+        raise UnsupportedError(left[kept[0]])
+
+
 def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]:
     """Fill each graph's ``selected``; near-misses and GELUs already in the
     target's op go to ``res``. Returns the dtypes of the model-local function
@@ -306,11 +327,8 @@ def _decide(idx, c: Candidate, target: Target):
         return "miss", NearMiss(idx.path, idx.label(mt.anchor), why.code, why.reason, mt.form)
     use_bias = c.has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
     em = target.emission(mt.form, use_bias, mt.alpha)
-    if mt.single_op is not None:  # found by match/single_op, so imported
-        from .match import single_op
-
-        if single_op.already_target(mt, em, use_bias):
-            return "already", record(idx, mt, em, use_bias, ct)
+    if mt.single_op is not None and single_op.already_target(mt, em, use_bias):
+        return "already", record(idx, mt, em.qualified, use_bias, ct)
     return "selected", Selected(c, ct, em)
 
 
@@ -318,7 +336,7 @@ def report(plan: Plan, target: Target, res: FuseResult) -> None:
     """What rewrite() would record, without changing anything (inspect)."""
     select(plan, target, res)
     for g in plan.graphs:
-        keyed = [(s.candidate.order, record(g.index, s.match, s.emission, s.use_bias, s.compute_type))
+        keyed = [(s.candidate.order, record(g.index, s.match, s.emission.qualified, s.use_bias, s.compute_type))
                  for s in g.selected]
         for ss in g.selected_sets:
             keyed.extend(zip([(0, a) for a in ss.set.anchors.tolist()], set_records(g.index, ss)))

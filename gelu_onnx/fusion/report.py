@@ -17,15 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from onnx import ModelProto, NodeProto
 
 from .. import contract as C
 from .index.graph import GraphIndex
-
-if TYPE_CHECKING:  # an annotation only: rewrite/emit imports this module
-    from .rewrite.emit import Emission
 
 
 class Code(str, Enum):
@@ -36,6 +32,7 @@ class Code(str, Enum):
     MISMATCHED_X = "mismatched-x"
     SILU = "silu"
     ALPHA_RANGE = "alpha-range"
+    INNER_CAST = "inner-cast"
     TOLERANCE = "tolerance"
     NOT_GELU = "not-gelu"
     # the target cannot express a GELU that was found
@@ -57,7 +54,7 @@ class Code(str, Enum):
 _PRIORITY = {
     Code.GRAPH_OUTPUT: 0, Code.INTERMEDIATE_USED: 0,
     Code.OVERRIDABLE_CONSTANT: 1, Code.NON_SCALAR_CONSTANT: 1, Code.MISMATCHED_X: 1,
-    Code.SILU: 2, Code.ALPHA_RANGE: 2,
+    Code.SILU: 2, Code.ALPHA_RANGE: 2, Code.INNER_CAST: 2,
     Code.TOLERANCE: 3,
     Code.NOT_GELU: 9,
 }
@@ -111,7 +108,7 @@ class Match:
     bias: str | None = None
     bias_input: str | None = None
     bias_node: int | None = None
-    # A GELU already written as one node (gelu_onnx.native): that node, and
+    # A GELU already written as one node (fusion/match/single_op.py): that node, and
     # whether its own second input is the bias (BiasGelu, FastGelu(X, B)).
     single_op: NodeProto | None = None
     bias_inside: bool = False
@@ -176,9 +173,10 @@ class FuseResult:
         return d
 
 
-def record(idx: GraphIndex, mt: Match, em: Emission, use_bias: bool, compute_type: int) -> Fusion:
+def record(idx: GraphIndex, mt: Match, op: str, use_bias: bool, compute_type: int) -> Fusion:
+    """The Fusion a match written as ``op`` (the emission's qualified op type) reports."""
     names = [idx.label(i) for i in mt.nodes]
     if use_bias and mt.bias_node is not None:
         names.insert(0, idx.label(mt.bias_node))
     return Fusion(form=mt.form, bias=use_bias, alpha=mt.alpha, graph=idx.path, root=mt.root, nodes=names,
-                  dtype=C.FLOAT_DTYPES.get(compute_type, str(compute_type)), op=em.qualified)
+                  dtype=C.FLOAT_DTYPES.get(compute_type, str(compute_type)), op=op)

@@ -47,8 +47,6 @@ class Target:
     fuses_function_bodies: bool = True
     # whether each op type gets a model-local function with its math
     writes_functions: bool = False
-    # whether its ops run from our custom-op library (sessions register it)
-    uses_library: bool = False
     # who lacks a kernel for a dtype, in unsupported()'s message
     _owner: str = "the target's ops"
 
@@ -75,13 +73,17 @@ class Target:
     def needs_upgrade(self, model: ModelProto) -> bool:
         return self.min_opset is not None and default_opset(model) < self.min_opset
 
-    def prepare(self, model: ModelProto, notes: list[str]) -> None:
+    def prepare(self, model: ModelProto, notes: list[str], replaced: frozenset[str] = frozenset()) -> dict[str, str]:
         """Raise the default-domain opset to min_opset, after proving op by op
         from the ONNX schemas that every op keeps its meaning (opset.upgrade;
-        it refuses naming the op otherwise)."""
+        it refuses naming the op otherwise). Nodes writing ``replaced`` (the
+        fusion replaces them) are not refused: {output: refusal} of those
+        left unproven is returned, for plan.refuse_unfused."""
         from .opset import upgrade as opset_upgrade
         old = default_opset(model)
-        notes.append(opset_upgrade.note(old, opset_upgrade.upgrade(model, self.min_opset)))
+        adapted, left = opset_upgrade.upgrade(model, self.min_opset, replaced)
+        notes.append(opset_upgrade.note(old, adapted))
+        return left
 
     def finish(self, model: ModelProto, opset: int, fn_dtype: dict[str, int | None]) -> None:
         """After the rewrite: the opset imports (and functions) the new ops need."""
@@ -94,7 +96,6 @@ class Custom(Target):
     name = "custom"
     summary = "ai.gelu_onnx ops with model-local functions"
     writes_functions = True
-    uses_library = True
     _owner = "the custom op"
 
     def takes_bias(self, form: str) -> bool:

@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import InputError, UnsupportedError
 from .format import ELEM_BITS, KNOWN_TYPES, elem_bits
-from .validate import Recheck, known_ops
-from .walk import attr_tensors
-from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR
+from .onepass import Recheck, known_ops
+from .walk import attr_tensors, subgraphs
+from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR, OK, as_model, declined, raw_scan
 
 
 def unique(x: np.ndarray) -> np.ndarray:
@@ -187,8 +188,6 @@ class DeclaredOrInitializer(Mapping):
 
 def outer_references(graph) -> set[str]:
     """Names a (sub)graph reads that it does not define itself (recursively)."""
-    from .walk import subgraphs
-
     defined = {i.name for i in graph.input}
     defined.update(t.name for t in graph.initializer)
     defined.update(t.values.name for t in graph.sparse_initializer)
@@ -227,9 +226,6 @@ class ArrayTable:
         self.labels = LazyList(n, lambda i: self.names[int(s.node_name[i])])
         self.ins = NameLists(s.node_in_off, s.in_ids, self.names)
         self.outs = NameLists(s.node_out_off, s.out_ids, self.names)
-        from .walk import subgraphs
-        from .wire import NF_SUBGRAPH
-
         self.with_subgraphs: list[int] = np.flatnonzero(s.node_flags & NF_SUBGRAPH).tolist()
         self.attributed: list[int] = np.flatnonzero(np.diff(s.node_attr_off) > 0).tolist()
         nstr = len(self.names)
@@ -347,15 +343,11 @@ def _written_once_in_order(s, more_given, outer: bool) -> bool:
 def scanned_table(model) -> ArrayTable | None:
     """The main graph of ``model`` (a ModelProto, not validated here) as an
     ArrayTable of its own serialization; None as for graph_table."""
-    from .wire import raw_scan
-
     return graph_table(model.graph, raw_scan(model.SerializeToString()), outer=False)
 
 
 def subgraph_table(graph) -> ArrayTable | None:
     """An If/Loop/Scan body as an ArrayTable (onnxio.wire.as_model); None as for graph_table."""
-    from .wire import as_model, raw_scan
-
     return graph_table(graph, raw_scan(as_model(graph)), outer=True)
 
 
@@ -368,12 +360,8 @@ def graph_table(g, s, outer: bool) -> ArrayTable | None:
     (exit 2), else UnsupportedError (out of memory: exit 3). Subgraphs,
     function-attribute references and sparse initializers are covered (a
     sparse initializer is a name the graph writes, never a constant)."""
-    from .wire import OK, declined
-
     why = declined(s)
     if why is not None:
-        from ..errors import InputError, UnsupportedError
-
         names = s is not None and s.status == OK  # a whole scan: its names are what it declines
         raise (InputError if names else UnsupportedError)(f"graph {g.name!r}: {why}")
     if not _same_counts(g, s):

@@ -7,9 +7,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import TensorProto
+from google.protobuf.message import EncodeError
 
 from .format import ELEM_MIN_IR, MAX_PROTO_BYTES, elem_bits, tensor_embedded_bytes as _embedded
+from . import wire
 from .walk import attr_tensors, iter_graphs
+from .wire import NF_DEVICE, NF_SUBGRAPH, NF_TENSOR, NF_TYPEPROTO
 
 
 def _type_min_ir(tp, acc: list):
@@ -101,10 +104,6 @@ def serialized_facts(model: onnx.ModelProto) -> tuple[bytes | None, ModelFacts]:
     arrays of those bytes (onnxio.wire) when it maps them, without a walk
     over every node in Python; else model_facts (bytes None when the model
     does not serialize, e.g. over 2 GB)."""
-    from google.protobuf.message import EncodeError
-
-    from . import wire
-
     try:
         data = model.SerializeToString()
     except (EncodeError, ValueError):
@@ -121,8 +120,6 @@ def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
     from the bytes the arrays point at, what they do not cover (functions,
     the graph's value infos) as model_facts reads it. None for a model with
     subgraphs (or external attribute tensors)."""
-    from .wire import NF_DEVICE, NF_SUBGRAPH, NF_TENSOR, NF_TYPEPROTO
-
     if (s.node_flags & NF_SUBGRAPH).any():
         return None
     g = model.graph

@@ -1,5 +1,7 @@
 """The one-pass check of a graph in topological order (onnxio.validate runs
-it first, and its own graph() only when this one sees anything unusual), and
+it, or arraytable.array_pass over a scan, first, and its own graph() only
+when this one sees anything unusual: Recheck; the checks both passes share,
+known_ops and Scope, are here), and
 the graph's nodes as it read them (NodeTable: fusion.index.graph.GraphIndex
 indexes those instead of reading the nodes again)."""
 from __future__ import annotations
@@ -8,8 +10,51 @@ from dataclasses import dataclass
 
 import onnx
 
-from .validate import Recheck, Scope, known_ops
+from .format import ONNX_DOMAINS
 from .walk import attr_tensors, subgraphs
+
+
+class Recheck(Exception):
+    """one_pass saw something: Validator.graph() looks again and words it."""
+
+
+class Scope:
+    """Names visible from a subgraph: its enclosing graphs' names, innermost first."""
+
+    def __init__(self, names, parent: "Scope | None"):
+        self.names, self.parent = names, parent
+
+    def __contains__(self, name) -> bool:
+        s = self
+        while s is not None:
+            if name in s.names:
+                return True
+            s = s.parent
+        return False
+
+
+def norm_domain(d) -> str:
+    return "" if d in ("", "ai.onnx") else d
+
+
+def known_ops(v, kinds) -> None:
+    """Every (op, domain) imported and, in an ONNX domain, known to onnx at
+    the imported opset (or a local function); else Recheck. The answers are
+    kept in ``v.schema_errors``."""
+    for op, dom in kinds:
+        d = norm_domain(dom)
+        if d not in v.opsets:
+            raise Recheck
+        if d in ONNX_DOMAINS and (d, op) not in v.local_functions:
+            key = (op, d, v.opsets[d])
+            if key not in v.schema_errors:
+                try:
+                    onnx.defs.get_schema(op, v.opsets[d], d)
+                except Exception:  # onnx's SchemaError
+                    raise Recheck from None
+                v.schema_errors[key] = None
+            elif v.schema_errors[key]:
+                raise Recheck
 
 
 @dataclass

@@ -14,6 +14,8 @@ from onnx import TensorProto
 from ..errors import InputError, UnsafeModelError
 from .format import (DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, KNOWN_TYPES, ONNX_DOMAINS, embedded_size_error,
                       tensor_nbytes)
+from .arraytable import array_pass
+from .onepass import Recheck, Scope, known_ops, norm_domain, one_pass
 from .walk import MAX_EXPANDED_NODES, attr_tensors, expanded_nodes, subgraphs, walk_graphs
 
 
@@ -40,49 +42,6 @@ def one_line(msg: str) -> str:
 def _node_label(node, i: int) -> str:
     name = node.name or f"#{i}"
     return f"{quote(name)} ({quote(node.op_type)[1:-1]})"
-
-
-class Recheck(Exception):
-    """one_pass saw something: Validator.graph() looks again and words it."""
-
-
-class Scope:
-    """Names visible from a subgraph: its enclosing graphs' names, innermost first."""
-
-    def __init__(self, names, parent: "Scope | None"):
-        self.names, self.parent = names, parent
-
-    def __contains__(self, name) -> bool:
-        s = self
-        while s is not None:
-            if name in s.names:
-                return True
-            s = s.parent
-        return False
-
-
-def norm_domain(d) -> str:
-    return "" if d in ("", "ai.onnx") else d
-
-
-def known_ops(v, kinds) -> None:
-    """Every (op, domain) imported and, in an ONNX domain, known to onnx at
-    the imported opset (or a local function); else Recheck. The answers are
-    kept in ``v.schema_errors``."""
-    for op, dom in kinds:
-        d = norm_domain(dom)
-        if d not in v.opsets:
-            raise Recheck
-        if d in ONNX_DOMAINS and (d, op) not in v.local_functions:
-            key = (op, d, v.opsets[d])
-            if key not in v.schema_errors:
-                try:
-                    onnx.defs.get_schema(op, v.opsets[d], d)
-                except Exception:  # onnx's SchemaError
-                    raise Recheck from None
-                v.schema_errors[key] = None
-            elif v.schema_errors[key]:
-                raise Recheck
 
 
 class Validator:
@@ -133,12 +92,8 @@ class Validator:
             self.fail("the graph has no outputs")
         try:
             if self.scan is not None:
-                from .arraytable import array_pass
-
                 self.table = array_pass(self, g, self.scan)
-            else:  # imported here: a scanned file (most fuses) never runs it
-                from .onepass import one_pass
-
+            else:  # the in-memory API, a big file's skeleton
                 one_pass(self, g, None)
         except (Recheck, InputError):
             self.table = None

@@ -40,6 +40,8 @@ import ctypes
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..libs import find
+from .format import len_field
 
 LIBRARY = "libgelu_onnx_scan.so"
 ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
@@ -69,8 +71,6 @@ def _library():
     global _lib
     if _lib is None:
         _lib = False
-        from ..libs import find
-
         path = find(LIBRARY, ENV_LIBRARY)
         if path is not None:
             try:
@@ -292,6 +292,4 @@ def as_model(graph) -> bytes:
     """``graph`` (a GraphProto: an If/Loop/Scan body) as protobuf serializes
     it, as the graph field (7) of a ModelProto holding nothing else: how a
     subgraph is scanned."""
-    from .format import len_field
-
     return len_field(graph.SerializeToString(), 7)

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
 
+from ...contract import np_dtype
+from ...onnxio import tensor_array
+from ...onnxio.arraytable import DeclaredOrInitializer, NameLists, unique
 from ..ops import BINARY_OPS, DEFAULT_DOMAINS, ELEMENTWISE, FOLDABLE, OPS, cast_to
 from .shapes import elementwise_shape
 
@@ -46,8 +49,6 @@ def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | No
         if t.data_location == TensorProto.EXTERNAL:
             if n != 1 or base_dir is None:
                 return None
-            from ...onnxio import tensor_array
-
             return tensor_array(t, base_dir)
         return numpy_helper.to_array(t)
     except Exception:  # malformed or unsafe tensors are simply not constants to us
@@ -186,8 +187,6 @@ class GraphIndex:
     def _from_arrays(self, table, value_types, value_shapes) -> None:
         """The maps and lists as views over an onnxio.ArrayTable (the
         native scanner's arrays): nothing is made per node until asked for."""
-        from ...onnxio.arraytable import DeclaredOrInitializer, NameLists
-
         s = table.scan
         self.graph_inputs = set(table.names.take(s.input_name))
         self.graph_outputs = set(table.names.take(s.output_name))
@@ -304,9 +303,6 @@ class GraphIndex:
         changes, as deep as the graph folds constants)."""
         if self._maybe_arr is not None:
             return self._maybe_arr
-        import numpy as np
-        from ...onnxio.arraytable import unique
-
         t = self.arrays
         s, n = t.scan, t.n
         ids = t.kind_ids
@@ -382,8 +378,6 @@ class GraphIndex:
         to = self._type_of(node.input[1], 8)
         if c is None or c.value.size > 16 or to not in _FLOAT_TYPES:
             return None
-        from ...contract import np_dtype
-
         return ConstInfo(c.value.astype(np_dtype(to)), to, producer=i)
 
     def type_of(self, name: str, depth: int = 6) -> int | None:

@@ -15,6 +15,7 @@ from onnx import ModelProto, TensorProto, shape_inference
 from ..report import Match
 from ..index.graph import GraphIndex
 from ..ops import is_default_domain
+from ...onnxio.walk import subgraphs
 
 # Initializers larger than this are given to shape inference without their
 # payload (a bias or a Reshape's shape is far smaller; weights are not read).
@@ -65,8 +66,6 @@ def _infer(model: ModelProto) -> dict:
         inferred = shape_inference.infer_shapes(light, strict_mode=False)
     except Exception:  # noqa: BLE001 - inference is a help, never a requirement
         return {}
-    from ...onnxio.walk import subgraphs
-
     out: dict = {}
 
     def visit(graph):

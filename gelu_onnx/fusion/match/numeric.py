@@ -115,6 +115,34 @@ def region_types(idx: GraphIndex, nodes: list[int], leaf: str, consts: set[str])
     return types
 
 
+def wider(a: int, b: int) -> int:
+    """The compute type for a chain that goes from type a to type b."""
+    if a == b:
+        return a
+    if TensorProto.DOUBLE in (a, b):
+        return TensorProto.DOUBLE
+    return TensorProto.FLOAT
+
+
+_KEEPS = {TensorProto.DOUBLE: 3, TensorProto.FLOAT: 2, TensorProto.FLOAT16: 1, TensorProto.BFLOAT16: 1}
+
+
+def inner_rounding(idx: GraphIndex, nodes: list[int], root: str, compute_type: int) -> int | None:
+    """The target of a Cast inside the region (not the one writing the root,
+    whose type the fused op's output keeps) that rounds what ``compute_type``
+    keeps (float32 -> bfloat16 -> float32 between GELUs): the check takes
+    Casts as value-preserving, so such a region is no GELU to fuse."""
+    keep = _KEEPS.get(compute_type, 0)
+    for i in nodes:
+        node = idx.node(i)
+        if node.op_type != "Cast" or node.output[0] == root:
+            continue
+        t = cast_to(node)
+        if t != compute_type and _KEEPS.get(t, 0) <= keep:
+            return t
+    return None
+
+
 def region_precision(types: dict[str, int], consts, fallback: int | None = None) -> str:
     """The tolerance key: the lowest precision the region's float constants
     are stored in (a Cast-wrapped fp32 chain inside an fp16 model is judged
@@ -242,6 +270,11 @@ def checked_region(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, ro
     form, alpha, err, tol, note = check_function(idx, anchor, nodes, leaf, root, precision)
     leaf_type = types.get(leaf) or TensorProto.FLOAT
     root_type = types.get(root) or leaf_type
+    rounds = inner_rounding(idx, nodes, root, wider(leaf_type, root_type))
+    if rounds is not None and note is None:
+        dt = C.FLOAT_DTYPES.get(rounds, str(rounds))
+        note = (Code.INNER_CAST, f"a Cast inside rounds to {dt}, which the fused op computing in "
+                                 f"{C.FLOAT_DTYPES.get(wider(leaf_type, root_type))} would not")
     cache[key] = Check(form, alpha, err, tol, note, precision, leaf_type, root_type)
     return cache[key]
 

@@ -27,7 +27,8 @@ import numpy as np
 from ... import contract as C
 from ..index.graph import GraphIndex, tensor_value
 from ..report import Match, Code, NearMiss
-from .bias import last_dim
+from .bias import const_dims, last_dim
+from ..rewrite.emit import emit_after_add, emit_nodes
 
 
 def _attr(node: NodeProto, name: str):
@@ -177,8 +178,6 @@ def _bias_misfit(idx: GraphIndex, b: str, x: str):
     a bias cyclically, e.g. one element for every column; our ops and an Add
     in front cannot say that), else None. A one-element bias fits only where
     X's last dimension is known to be 1."""
-    from .bias import const_dims, last_dim
-
     dims = idx.value_shapes.get(b)
     if dims is None:
         dims = const_dims(idx, b)  # through Identity, Constant, Reshape ...
@@ -201,8 +200,6 @@ def already_target(m: Match, em, use_bias: bool) -> bool:
 def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodeProto]:
     """The replacement for a single-op GELU. A bias inside the old node that
     the target's op cannot take becomes an Add in front."""
-    from ..rewrite.emit import emit_after_add, emit_nodes
-
     if not m.bias_inside or use_bias:
         return emit_nodes(m, em, compute_type, use_bias, names)
     return emit_after_add(m, m.bias, em, compute_type, names)
@@ -267,8 +264,6 @@ def legacy_nodes(m: Match, bias: np.ndarray | None, em: Emission, compute_type: 
                  graph) -> list[NodeProto]:
     """Replacement nodes; the bias becomes a 1-D initializer of X's type,
     the op's second input where the op takes it (em.inputs_bias)."""
-    from ..rewrite.emit import emit_after_add, emit_nodes
-
     if bias is None:
         return emit_nodes(m, em, compute_type, False, names)
     bname = names(f"{m.root}_bias")

@@ -12,6 +12,7 @@ type leaves the new op's later steps to be proven in turn.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Protocol
 
 from onnx import NodeProto, helper
@@ -26,6 +27,7 @@ class Ctx(Protocol):
     def ints(self, hint: str, values: list[int]) -> NodeProto: ...
     def floats(self, hint: str, values: list[float], scalar: bool = False) -> NodeProto: ...
     def rank(self, value: str) -> int | None: ...
+    def const(self, value: str): ...
     def node(self, op: str, inputs: list[str], outputs: list[str], **attrs) -> NodeProto: ...
 
 
@@ -90,7 +92,7 @@ def pad_11(node: NodeProto, ctx: Ctx) -> list[NodeProto]:
     c = ctx.ints(f"{node.name or 'Pad'}_pads", list(pads.ints))
     out = [c]
     _set_input(node, 1, c.output[0])
-    if value is not None and value.f != 0.0:
+    if value is not None and (value.f != 0.0 or math.copysign(1.0, value.f) < 0):  # -0.0 keeps its sign
         extra, v = _typed_scalar(node, ctx, f"{node.name or 'Pad'}_value", value.f, node.input[0])
         out += extra
         _set_input(node, 2, v)
@@ -178,25 +180,56 @@ def roi_align_16(node: NodeProto, ctx: Ctx) -> list[NodeProto]:
     return [node]
 
 
-def _resize_old(node: NodeProto, mode: str) -> None:
-    """Resize-10 / Upsample: asymmetric coordinates, nearest rounds down."""
+def _resize_old(node: NodeProto, mode: str, nearest: str = "floor") -> None:
+    """Resize-10 / Upsample: asymmetric coordinates; nearest rounds as ``nearest``."""
     if mode not in ("nearest", "linear"):
         raise Refused(f"mode {mode!r}")
     for name in ("coordinate_transformation_mode", "nearest_mode"):
         _pop(node, name)
     node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
     if mode == "nearest":
-        node.attribute.append(helper.make_attribute("nearest_mode", "floor"))
+        node.attribute.append(helper.make_attribute("nearest_mode", nearest))
 
 
 def resize_11(node: NodeProto, ctx: Ctx) -> list[NodeProto]:
     """Resize-11 adds roi and defaults to half_pixel coordinates (and
-    round_prefer_floor for nearest); Resize-10 meant asymmetric/floor.
-    onnx.version_converter only adds the roi (tests/test_opset_adapters.py)."""
-    mode = _get(node, "mode")
-    _resize_old(node, mode.s.decode() if mode is not None else "nearest")
-    node.input.insert(1, "")  # roi: unused outside tf_crop_and_resize (optional from 13)
-    return [node]
+    round_prefer_floor for nearest); Resize-10 meant asymmetric coordinates,
+    and ONNX Runtime's nearest rounds down on an axis it upsamples and up on
+    one it downsamples (its upsample.h, nearest mode SIMPLE): an axis's
+    direction comes from the constant scales, and a Resize that does both is
+    written as two (downsampled axes with ceil, then upsampled ones with
+    floor; nearest is separable by axis). onnx.version_converter only adds
+    the roi (tests/test_opset_adapters.py)."""
+    a = _get(node, "mode")
+    mode = a.s.decode() if a is not None else "nearest"
+    if mode != "nearest":
+        _resize_old(node, mode)
+        node.input.insert(1, "")  # roi: unused outside tf_crop_and_resize (optional from 13)
+        return [node]
+    scales = ctx.const(node.input[1]) if len(node.input) > 1 else None
+    if scales is None:
+        raise Refused("nearest with scales that are not a constant: ONNX Runtime rounds down where it upsamples "
+                      "and up where it downsamples, which the scales decide at run time")
+    scales = [float(v) for v in scales.reshape(-1)]
+    down = [s if s < 1 else 1.0 for s in scales]
+    if down == [1.0] * len(scales):
+        _resize_old(node, mode)
+        node.input.insert(1, "")
+        return [node]
+    _resize_old(node, mode, "ceil")
+    if all(s <= 1 for s in scales):
+        node.input.insert(1, "")
+        return [node]
+    first = ctx.floats(f"{node.name or 'Resize'}_down", down)
+    y = node.output[0]
+    x = node.input[0]
+    del node.input[:]
+    node.input.extend([x, "", first.output[0]])
+    node.output[0] = ctx.name(f"{y}_down")
+    up = ctx.floats(f"{node.name or 'Resize'}_up", [s if s > 1 else 1.0 for s in scales])
+    second = ctx.node("Resize", [node.output[0], "", up.output[0]], [y], mode="nearest",
+                      coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    return [first, node, up, second]
 resize_11.final = True  # type: ignore[attr-defined]
 
 

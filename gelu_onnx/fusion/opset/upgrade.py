@@ -15,10 +15,11 @@ default-domain import is raised too, after the same proof.
 """
 from __future__ import annotations
 
-from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, defs, helper, shape_inference
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, defs, helper, numpy_helper, shape_inference
 
 from ... import contract as C
 from ...errors import UnsupportedError
+from ...onnxio import lowest_ir_version
 from ...onnxio.walk import subgraphs
 from .adapters import ADAPT, Refused
 from .steps import REFUSED, REVIEWED, classify, previous, signature_preserved, type_only, versions
@@ -49,7 +50,7 @@ class _Ctx:
     (from ONNX shape inference of the input model, computed on first use)."""
 
     def __init__(self, model: ModelProto, used: set[str]):
-        self._model, self._used, self._types = model, used, None
+        self._model, self._used, self._types, self._consts = model, used, None, None
 
     def name(self, hint: str) -> str:
         k, name = 0, hint
@@ -81,6 +82,30 @@ class _Ctx:
                 for t in g.initializer:
                     self._types[t.name] = helper.make_tensor_type_proto(t.data_type, list(t.dims))
         return self._types.get(value)
+
+    def const(self, value: str):
+        """The value of a constant (an initializer that is not a graph input,
+        or a Constant's ``value``) as a numpy array; None when ``value`` is no
+        constant or the name is defined twice in the model (function bodies
+        have names of their own)."""
+        if self._consts is None:
+            found: dict[str, list] = {}
+            graphs = list(_graphs_of(self._model.graph))
+            inputs = {i.name for g in graphs for i in g.input}
+            for g in graphs:
+                for t in g.initializer:
+                    found.setdefault(t.name, []).append(None if t.name in inputs else t)
+            for f in self._model.functions:
+                for i in f.input:
+                    found.setdefault(i, []).append(None)
+            for c in graphs + [b for f in self._model.functions for b in _function_bodies(f)]:
+                for n in c.node:
+                    a = next((a for a in n.attribute if a.name == "value"), None) if n.op_type == "Constant" else None
+                    for o in n.output:
+                        found.setdefault(o, []).append(a.t if a is not None and a.HasField("t") else None)
+            self._consts = {k: v[0] for k, v in found.items() if len(v) == 1 and v[0] is not None}
+        t = self._consts.get(value)
+        return None if t is None else numpy_helper.to_array(t)
 
     def rank(self, value: str) -> int | None:
         t = self._type(value)
@@ -184,17 +209,20 @@ def _refusal(old: int, what: str) -> str:
             f"use --target custom or --target ort")
 
 
-def _replacements(model: ModelProto, to: int) -> tuple[list, list[str]]:
+def _replacements(model: ModelProto, to: int, replaced: frozenset[str] = frozenset()) -> tuple[list, list[str], dict]:
     """Proves every node without changing the model: [(container, {index:
     the nodes replacing that node})] with bodies before the graphs holding
-    them, and the adapted ops. Raises UnsupportedError on the first refusal."""
+    them, the adapted ops, and {output name: refusal} of the nodes in
+    ``replaced`` (outputs of main-graph nodes the fusion replaces) that could
+    not be proven: they are left as they are, for the fusion to remove.
+    Raises UnsupportedError on the first other refusal."""
     local = {(f.domain, f.name) for f in model.functions}
     ctx = _Ctx(model, _names(model))
-    scopes = [(_default_version(model.opset_import), "the model", list(_graphs_of(model.graph)))]
-    scopes += [(_default_version(f.opset_import), f"function {f.domain}.{f.name}", list(_function_bodies(f)))
-               for f in model.functions]
-    todo, adapted = [], []
-    for old, where, containers in scopes:
+    scopes = [(_default_version(model.opset_import), "the model", list(_graphs_of(model.graph)), replaced)]
+    scopes += [(_default_version(f.opset_import), f"function {f.domain}.{f.name}", list(_function_bodies(f)),
+                frozenset()) for f in model.functions]
+    todo, adapted, left = [], [], {}
+    for old, where, containers, fused in scopes:
         if old is None or old >= to:
             continue
         for c in reversed(containers):  # bodies first: a parent's rebuild then copies them adapted
@@ -203,11 +231,18 @@ def _replacements(model: ModelProto, to: int) -> tuple[list, list[str]]:
                 if n.domain not in _DEFAULT or (n.domain, n.op_type) in local:
                     continue
                 before = len(adapted)
-                out = _prove(_copy(n), old, to, where, ctx, adapted)
+                try:
+                    out = _prove(_copy(n), old, to, where, ctx, adapted)
+                except UnsupportedError as e:
+                    if not n.output or not all(o in fused for o in n.output):
+                        raise
+                    del adapted[before:]
+                    left.update((o, str(e)) for o in n.output)
+                    continue
                 if len(adapted) > before:
                     reps[k] = out
             todo.append((c, reps))
-    return todo, sorted(set(adapted))
+    return todo, sorted(set(adapted)), left
 
 
 def plan(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[str]:
@@ -216,12 +251,15 @@ def plan(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[str]:
     return _replacements(model, to_opset)[1]
 
 
-def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[str]:
+def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET,
+            replaced: frozenset[str] = frozenset()) -> tuple[list[str], dict[str, str]]:
     """Raise the default-domain opset of ``model`` (in place) and of its
-    functions to ``to_opset`` after the proof; returns the adapted ops. On
-    refusal the model is left as it was (nothing changes before every node
-    is proven; no copy of the model is made)."""
-    todo, adapted = _replacements(model, to_opset)
+    functions to ``to_opset`` after the proof; returns the adapted ops and
+    {output: refusal} of the nodes among ``replaced`` left unproven (the
+    caller's fusion must remove them: an op is refused only for what remains
+    after fusion). On refusal the model is left as it was (nothing changes
+    before every node is proven; no copy of the model is made)."""
+    todo, adapted, left = _replacements(model, to_opset, replaced)
     for c, reps in todo:
         if not reps:
             continue
@@ -232,10 +270,8 @@ def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET) -> list[st
         for imp in imports:
             if imp.domain in _DEFAULT and imp.version < to_opset:
                 imp.version = to_opset
-    from ...onnxio import lowest_ir_version
-
     model.ir_version = max(model.ir_version, lowest_ir_version(model) or model.ir_version)
-    return adapted
+    return adapted, left
 
 
 def note(old: int, adapted: list[str]) -> str:

@@ -22,6 +22,7 @@ from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 from ... import contract as C
 from ...onnxio.format import LEN, Source, iter_fields
 from ...onnxio.walk import subgraphs, walk_graphs
+from ..match.bias import bias_initializer
 from ..report import Match
 
 
@@ -75,15 +76,6 @@ class NameGen:
         return name
 
 
-def wider(a: int, b: int) -> int:
-    """The compute type for a chain that goes from type a to type b."""
-    if a == b:
-        return a
-    if TensorProto.DOUBLE in (a, b):
-        return TensorProto.DOUBLE
-    return TensorProto.FLOAT
-
-
 def emit_nodes(m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen) -> list[NodeProto]:
     """The replacement for one region: [Cast] → op → [Cast], writing m.root."""
     nodes: list[NodeProto] = []
@@ -117,8 +109,6 @@ def _bias_1d(m: Match, names: NameGen) -> str:
     shape = m.index.shape(m.bias)
     if shape is not None and len(shape) <= 1:
         return m.bias
-    from ..match.bias import bias_initializer
-
     t = bias_initializer(m)
     if t is None or len(t.dims) <= 1:
         return m.bias
@@ -153,10 +143,7 @@ def _node(op_type: str, inputs, outputs, name: str, domain: str | None = None, *
     return node
 
 
-# Rough costs (seconds) of one pointer move in a repeated field and of copying
-# one node out and back: pick in-place edits or a rebuild, whichever is cheaper.
-_MEMMOVE_COST = 1e-9
-_COPY_COST = 2e-6
+# In-place deletes move up to len(drop) * len(rep) pointers: past this, a rebuild.
 _MEMMOVE_BUDGET = 20_000_000
 
 

@@ -22,6 +22,7 @@ from .emit import MARK, emit_nodes, fill, join, pieces, remove_indices, split, t
 from ...onnxio.arraytable import unique
 from ...onnxio.format import len_field
 from ..report import Fusion, Match, record
+from ..match import single_op
 from ..match.trace import TraceEscape
 from ... import contract as C
 
@@ -119,13 +120,9 @@ def _emit_all(g, names, dead: set, checking: bool = True) -> list:
     for s in g.selected:
         mt, c = s.match, s.candidate
         if c.legacy:
-            from ..match.single_op import legacy_nodes  # found there, so imported
-
-            nodes = legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, gen, idx.graph)
+            nodes = single_op.legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, gen, idx.graph)
             removed = list(mt.nodes)
         else:
-            if mt.single_op is not None:
-                from ..match import single_op  # found there, so imported
             emit = single_op.emit if mt.single_op is not None else emit_nodes
             nodes = emit(mt, s.emission, s.compute_type, s.use_bias, gen)
             removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
@@ -355,7 +352,7 @@ def _dead(t, keep: np.ndarray, emitted_ins: np.ndarray, dead: set) -> tuple[list
 def _record(g, res) -> None:
     """The fusions of ``g`` in candidate order: single matches and set members by anchor."""
     idx = g.index
-    recs = [record(idx, s.match, s.emission, s.use_bias, s.compute_type) for s in g.selected]
+    recs = [record(idx, s.match, s.emission.qualified, s.use_bias, s.compute_type) for s in g.selected]
     keys = [np.array([_key(s.candidate.order, idx.arrays.n) for s in g.selected], np.int64)]
     for ss in g.selected_sets:
         recs.extend(set_records(idx, ss))

@@ -1,0 +1,85 @@
+"""Start-up: `gelu-onnx fuse` of a tiny model, this checkout against another
+(the budget docs/design.md states instead of a cap on imported modules).
+
+  python benchmarks/make_models.py --out /tmp/gelu-bench --only synth --synth 1
+  python benchmarks/bench_startup.py --model /tmp/gelu-bench/synth-1.onnx --before /path/to/older/checkout \\
+      [--runs 15] [--md benchmarks/results/startup.md]
+
+The two run interleaved, the order alternating each round, each its own
+process under `python -X importtime`; the older checkout as `python -S`
+with it first on PYTHONPATH (an editable install's import hook would load
+this checkout otherwise). Per contender: the child's CPU seconds (user +
+system, from getrusage) and the package's own import self time (the
+`gelu_onnx.*` lines of -X importtime), min and median over the runs. Both
+checkouts are byte-compiled first, as an installed wheel is.
+"""
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINE = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \|\s+gelu_onnx\S*$", re.M)
+
+
+def run(model: str, out: str, tree: str | None) -> tuple[float, float]:
+    """(child CPU s, package import self ms) of one `fuse` of ``model``."""
+    code = (f"import sys, runpy; sys.argv = ['gelu-onnx', 'fuse', {model!r}, '-o', {out!r}]\n"
+            "try:\n    runpy.run_module('gelu_onnx', run_name='__main__')\nexcept SystemExit:\n    pass\n")
+    cmd = [sys.executable, "-X", "importtime", "-c", code]
+    if tree is not None:
+        site = sysconfig.get_paths()["purelib"]
+        cmd = ["env", f"PYTHONPATH={tree}{os.pathsep}{site}", sys.executable, "-S", *cmd[1:]]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    err = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return cpu, sum(int(m) for m in LINE.findall(err)) / 1000
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="a tiny model (make_models.py --only synth --synth 1)")
+    ap.add_argument("--before", required=True, help="the other checkout's root (holding gelu_onnx/)")
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--md", help="write the table here too")
+    ap.add_argument("--note", action="append", default=[], help="a line under the table (machine, commits)")
+    a = ap.parse_args(argv)
+    for tree in (ROOT, Path(a.before)):
+        compileall.compile_dir(str(tree / "gelu_onnx"), quiet=1)
+    res: dict[str, list] = {"this checkout": [], "before": []}
+    with tempfile.TemporaryDirectory(prefix="gelu-startup-") as d:
+        out = os.path.join(d, "out.onnx")
+        for i in range(a.runs + 1):  # a warm-up round first
+            pair = [("this checkout", None), ("before", a.before)]
+            for name, tree in pair if i % 2 else pair[::-1]:
+                got = run(a.model, out, tree)
+                if i:
+                    res[name].append(got)
+    load = os.getloadavg()[0]
+    rows = ["| checkout | CPU s min | CPU s median | package import self ms min | median |", "|---|---:|---:|---:|---:|"]
+    for name, v in res.items():
+        cpu, imp = [x[0] for x in v], [x[1] for x in v]
+        rows.append(f"| {name} | {min(cpu):.3f} | {statistics.median(cpu):.3f} | {min(imp):.1f} | "
+                    f"{statistics.median(imp):.1f} |")
+    text = "\n".join([f"# Start-up: `gelu-onnx fuse {Path(a.model).name}`", "",
+                      f"`python benchmarks/bench_startup.py --runs {a.runs}` against `--before` "
+                      f"(the older checkout); {a.runs} interleaved runs each; 1-minute load average after: "
+                      f"{load:.1f} (2 = both cores busy).", "", *rows, "", *a.note]) + "\n"
+    print(text, end="")
+    if a.md:
+        Path(a.md).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
