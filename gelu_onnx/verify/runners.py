@@ -316,6 +316,9 @@ class Remembering:
         self.last = ({k: np.array(v) for k, v in feeds.items()}, out)
         return out
 
+    def __getattr__(self, name):  # the rest is the runner's (kernel_coverage reads its session's types)
+        return getattr(self.runner, name)
+
 
 def run(model, feeds, provider="cpu", use_library=None, opt_level="all", label="model") -> dict[str, np.ndarray]:
     """Run ``model`` (path or ModelProto) once on ``feeds`` with a real runtime.
