@@ -30,6 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import contract
 from ..errors import InputError, UnsupportedError
+from ..onnxio import tensor_array
 from . import kernel_coverage, weights
 from .inputs import is_bf16
 
@@ -87,7 +88,8 @@ def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
 
     def tensor(t: onnx.TensorProto) -> None:
         if t.data_type in src:
-            a = numpy_helper.to_array(t, base_dir or "").astype(np_to)
+            # onnxio's reader: onnx's own cannot open external data under a folder whose name is not UTF-8
+            a = tensor_array(t, base_dir).astype(np_to)
             t.CopyFrom(numpy_helper.from_array(a, t.name))
 
     def graph(g: onnx.GraphProto, main: bool = False) -> None:
