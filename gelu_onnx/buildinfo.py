@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from importlib import metadata
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+
+from .libs import reinstall_command
 
 # Distributions that each ship the `onnxruntime` module: two of them in one
 # environment overwrite each other's files (the CPU one hides CUDA).
@@ -47,24 +47,6 @@ def flavour_conflict() -> str | None:
 # Installs onnxruntime for any way this package was installed (the extras
 # [cpu] / [gpu] exist only where the package itself can be named).
 ORT_HINT = "pip install onnxruntime (or onnxruntime-gpu for CUDA)"
-
-
-def reinstall_command() -> str:
-    """The pip command that rebuilds this install the way it was made: pip
-    records a local or URL install in direct_url.json (PEP 610); an install
-    from an index has none."""
-    try:
-        raw = metadata.distribution("gelu-onnx").read_text("direct_url.json")
-        origin = json.loads(raw) if raw else None
-    except (metadata.PackageNotFoundError, ValueError, OSError):
-        origin = None
-    if not isinstance(origin, dict) or not isinstance(origin.get("url"), str):
-        return "pip install --force-reinstall --no-deps gelu-onnx"
-    url = origin["url"]
-    where = unquote(urlparse(url).path) if url.startswith("file:") else url
-    if (origin.get("dir_info") or {}).get("editable"):
-        return f"pip install -e {shlex.quote(where)}"
-    return f"pip install --force-reinstall --no-deps {shlex.quote(where)}"
 
 
 def _fix(missing: str, reinstall: str) -> str:

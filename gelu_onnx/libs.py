@@ -8,11 +8,17 @@ Looked for, in order:
   3. the installed distribution's file list (scikit-build-core's editable
      "redirect" mode keeps compiled files in site-packages while the .py files
      stay in the source tree).
+When one is missing, ``reinstall_command`` is the pip command that rebuilds
+this install the way it was made (every hint names it).
 """
 from __future__ import annotations
 
+import json
 import os
+import shlex
+from importlib import metadata
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 DISTRIBUTION = "gelu-onnx"
 FOLDER = "_lib"
@@ -27,8 +33,6 @@ def find(name: str, env_var: str | None = None) -> Path | None:
     here = Path(__file__).resolve().parent / FOLDER / name
     if here.is_file():
         return here
-    from importlib import metadata
-
     try:
         files = metadata.files(DISTRIBUTION) or ()
     except metadata.PackageNotFoundError:  # a source checkout, not installed
@@ -47,3 +51,21 @@ def env_problem(env_var: str) -> str | None:
     if v and not Path(v).is_file():
         return f"{env_var}={v} is not a file"
     return None
+
+
+def reinstall_command() -> str:
+    """The pip command that rebuilds this install the way it was made: pip
+    records a local or URL install in direct_url.json (PEP 610); an install
+    from an index has none."""
+    try:
+        raw = metadata.distribution("gelu-onnx").read_text("direct_url.json")
+        origin = json.loads(raw) if raw else None
+    except (metadata.PackageNotFoundError, ValueError, OSError):
+        origin = None
+    if not isinstance(origin, dict) or not isinstance(origin.get("url"), str):
+        return "pip install --force-reinstall --no-deps gelu-onnx"
+    url = origin["url"]
+    where = unquote(urlparse(url).path) if url.startswith("file:") else url
+    if (origin.get("dir_info") or {}).get("editable"):
+        return f"pip install -e {shlex.quote(where)}"
+    return f"pip install --force-reinstall --no-deps {shlex.quote(where)}"

@@ -35,11 +35,9 @@ def library_path(required: bool = True) -> Path | None:
         bad = libs.env_problem(ENV_VAR)
         if bad:
             raise InputError(bad)
-        from . import buildinfo  # the hint only: buildinfo stays out of a fuse's imports (docs/design.md)
-
         raise UnsupportedError(
             f"the gelu-onnx custom-op library ({LIBRARY_NAME}) is not built: reinstall with "
-            f"`{buildinfo.reinstall_command()}` (CMake needs ONNX Runtime headers, see plugins/README.md) "
+            f"`{libs.reinstall_command()}` (CMake needs ONNX Runtime headers, see plugins/README.md) "
             f"or set {ENV_VAR}"
         )
     return p

@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 import gelu_onnx
 from gelu_onnx import files
 from gelu_onnx.testing import assert_parity
-from gelu_onnx.verify import bench, parity_check, reference, runners
+from gelu_onnx.verify import bench, kernel_coverage, parity_check, reference, runners
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -95,8 +95,14 @@ def half(m: onnx.ModelProto) -> onnx.ModelProto:
 def test_reference_with_widening_casts_computes_what_the_retyped_copy_does(dtype):
     m = ffn(64, 128) if dtype == "float32" else half(ffn(64, 128))  # W1, W2 >= 16 KiB: widened by Casts
     to, wide = (T.DOUBLE, np.float64) if dtype == "float32" else (T.FLOAT, np.float32)
-    whole = reference.retyped(m, to, None, ("Erf",) if to == T.DOUBLE else ())
-    lean = reference.retyped_lean(m, to, None, ("Erf",) if to == T.DOUBLE else ())
+    sk32 = reference.retyped(reference.skeleton(m), T.FLOAT)  # the islands ONNX Runtime needs, as check finds them
+    sk_to = sk32 if to == T.FLOAT else reference.retyped(reference.skeleton(m), to)
+    cands = (T.FLOAT,) if to == T.DOUBLE else (T.FLOAT16,)
+    plan = kernel_coverage.plan(sk_to, sk32, to, cands,
+                                lambda x: runners.runner(x, "cpu", False, "disable", label="probe"))
+    assert plan.labels(m) == (["Erf"] if to == T.DOUBLE else [])
+    whole = reference.retyped(m, to, None, plan)
+    lean = reference.retyped_lean(m, to, None, plan)
     assert sum(n.op_type == "Cast" for n in lean.graph.node) == sum(n.op_type == "Cast" for n in whole.graph.node) + 2
     feeds = {"x": np.random.default_rng(1).standard_normal((5, 64)).astype(wide)}
     a = runners.run(whole, feeds, use_library=False, opt_level="disable")

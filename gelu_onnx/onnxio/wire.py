@@ -40,7 +40,7 @@ import ctypes
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..libs import find
+from ..libs import find, reinstall_command
 from .format import len_field
 
 LIBRARY = "libgelu_onnx_scan.so"
@@ -115,8 +115,6 @@ def require():
     """The loaded library; ScannerMissing when there is none."""
     lib = _library()
     if lib is None:
-        from ..buildinfo import reinstall_command  # the hint only: out of a fuse's imports (docs/design.md)
-
         raise ScannerMissing(f"{LIBRARY} (plugins/scan) is not built or does not load: the fuse pass "
                              f"needs it; reinstall the package ({reinstall_command()})")
     return lib
