@@ -6,6 +6,7 @@ second real library (onnxruntime-extensions), --localize all, progress and
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -171,7 +172,11 @@ def test_polygraphy_spellings(tmp_path):
     assert r.returncode == 2 and "fixed at 8" in r.stderr
 
 
-def test_custom_op_library_runs_a_model_that_needs_a_second_library(tmp_path):
+def test_custom_op_library_runs_a_model_that_needs_a_second_library(tmp_path, monkeypatch):
+    # onnxruntime_extensions sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python in os.environ on import:
+    # monkeypatch restores it, else every later test's subprocess parses with pure-Python protobuf
+    monkeypatch.setenv("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", os.environ.get("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", ""))
+    monkeypatch.delenv("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION")
     ext = pytest.importorskip("onnxruntime_extensions")
     model = ffn(extra=[helper.make_node("NegPos", ["y"], ["neg", "pos"], domain="ai.onnx.contrib")])
     orig, fused = pair(tmp_path, model)
