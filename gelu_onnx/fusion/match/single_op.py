@@ -19,6 +19,7 @@ legacy_nodes): a GELU in one node too.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
@@ -164,11 +165,10 @@ def find_native(idx: GraphIndex):
                                    f"the element type of {node.op_type}'s input is not declared "
                                    f"(run onnx.shape_inference on the model first)", form))
             continue
-        m = Match(index=idx, anchor=i, root=y, leaf=x, nodes=[i], consts=set(), form=form, alpha=alpha, leaf_type=et,
-                  root_type=et, precision=C.FLOAT_DTYPES.get(et, str(et)), error=0.0, single_op=node)
-        if has_bias:
-            m.bias, m.bias_input, m.bias_inside = ins[1], x, True
-        matches.append(m)
+        bias = dict(bias=ins[1], bias_input=x, bias_inside=True) if has_bias else {}
+        matches.append(Match(anchor=i, root=y, leaf=x, nodes=(i,), consts=frozenset(), form=form, alpha=alpha,
+                             leaf_type=et, root_type=et, precision=C.FLOAT_DTYPES.get(et, str(et)), error=0.0,
+                             single_op=node, **bias))
     return matches, misses
 
 
@@ -197,12 +197,12 @@ def already_target(m: Match, em, use_bias: bool) -> bool:
     return m.form != "sigmoid" or _attr(n, "alpha") in (..., m.alpha)
 
 
-def emit(m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodeProto]:
+def emit(idx: GraphIndex, m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodeProto]:
     """The replacement for a single-op GELU. A bias inside the old node that
     the target's op cannot take becomes an Add in front."""
     if not m.bias_inside or use_bias:
-        return emit_nodes(m, em, compute_type, use_bias, names)
-    return emit_after_add(m, m.bias, em, compute_type, names)
+        return emit_nodes(idx, m, em, compute_type, use_bias, names)
+    return emit_after_add(idx, m, m.bias, em, compute_type, names)
 
 
 if TYPE_CHECKING:
@@ -255,21 +255,20 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
         if last_dim(idx, x) != bias.size:
             return None, None, (f"bias has {bias.size} values but the input's last dimension is not known to be "
                                 f"{bias.size} (the plugin added bias[i % {bias.size}] over the flat tensor)")
-    m = Match(index=idx, anchor=i, root=node.output[0], leaf=x, nodes=[i], consts=set(), form="tanh", alpha=None,
+    m = Match(anchor=i, root=node.output[0], leaf=x, nodes=(i,), consts=frozenset(), form="tanh", alpha=None,
               leaf_type=et, root_type=et, precision=C.FLOAT_DTYPES[et], error=0.0)
     return m, bias, None
 
 
-def legacy_nodes(m: Match, bias: np.ndarray | None, em: Emission, compute_type: int, names: NameGen,
-                 graph) -> list[NodeProto]:
+def legacy_nodes(idx: GraphIndex, m: Match, bias: np.ndarray | None, em: Emission, compute_type: int,
+                 names: NameGen) -> list[NodeProto]:
     """Replacement nodes; the bias becomes a 1-D initializer of X's type,
     the op's second input where the op takes it (em.inputs_bias)."""
     if bias is None:
-        return emit_nodes(m, em, compute_type, False, names)
+        return emit_nodes(idx, m, em, compute_type, False, names)
     bname = names(f"{m.root}_bias")
-    graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
-    m.bias, m.bias_input = bname, m.leaf
+    idx.graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
     if em.inputs_bias:
-        return emit_nodes(m, em, compute_type, True, names)
+        return emit_nodes(idx, replace(m, bias=bname, bias_input=m.leaf), em, compute_type, True, names)
     # the target's op takes no bias: Add in front, then the op
-    return emit_after_add(m, bname, em, compute_type, names)
+    return emit_after_add(idx, m, bname, em, compute_type, names)

@@ -4,7 +4,7 @@ removed GELU spellings used dropped; nothing else is touched."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 
 from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
@@ -65,15 +65,15 @@ class NameGen:
         return name
 
 
-def emit_nodes(m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen) -> list[NodeProto]:
-    """The replacement for one region: [Cast] → op → [Cast], writing m.root."""
+def emit_nodes(idx, m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen) -> list[NodeProto]:
+    """The replacement for one region of the graph ``idx`` indexes: [Cast] → op → [Cast], writing m.root."""
     nodes: list[NodeProto] = []
     x = m.bias_input if use_bias else m.leaf
     if m.leaf_type != compute_type:
         cx = names(f"{x}_cast")
         nodes.append(_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
         x = cx
-    ins = [x, _bias_1d(m, names)] if use_bias else [x]
+    ins = [x, _bias_1d(idx, m, names)] if use_bias else [x]
     out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
     nodes.append(_node(em.op_type, ins, [out], names(f"{m.root}_{em.op_type}"), em.domain or None, **em.attrs))
     if out != m.root:
@@ -81,24 +81,22 @@ def emit_nodes(m: Match, em: Emission, compute_type: int, use_bias: bool, names:
     return nodes
 
 
-def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: NameGen) -> list[NodeProto]:
+def emit_after_add(idx, m: Match, bias: str, em: Emission, compute_type: int, names: NameGen) -> list[NodeProto]:
     """Add(x, bias) written out, then the op without a bias: for a bias the
     target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
     biased = names(f"{m.leaf}_biased")
     add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
-    shifted = Match(index=m.index, anchor=m.anchor, root=m.root, leaf=biased, nodes=m.nodes, consts=set(), form=m.form,
-                    alpha=m.alpha, leaf_type=m.leaf_type, root_type=m.root_type, precision=m.precision, error=0.0)
-    return [add] + emit_nodes(shifted, em, compute_type, False, names)
+    return [add] + emit_nodes(idx, replace(m, leaf=biased), em, compute_type, False, names)
 
 
-def _bias_1d(m: Match, names: NameGen) -> str:
+def _bias_1d(idx, m: Match, names: NameGen) -> str:
     """The ops take a 1-D bias: a [1, ..., 1, H] initializer gets a 1-D twin
     (same bytes, new dims) next to the region; the old one, once unread, is
-    removed with the other dead constants."""
-    shape = m.index.shape(m.bias)
+    removed with the other dead constants (rewrite.graph puts it among them)."""
+    shape = idx.shape(m.bias)
     if shape is not None and len(shape) <= 1:
         return m.bias
-    t = bias_initializer(m)
+    t = bias_initializer(idx, m)
     if t is None or len(t.dims) <= 1:
         return m.bias
     flat = TensorProto()
@@ -106,8 +104,7 @@ def _bias_1d(m: Match, names: NameGen) -> str:
     flat.name = names(f"{t.name}_1d")
     del flat.dims[:]
     flat.dims.append(t.dims[-1])
-    m.index.graph.initializer.append(flat)
-    m.consts = set(m.consts) | {t.name}
+    idx.graph.initializer.append(flat)
     return flat.name
 
 
