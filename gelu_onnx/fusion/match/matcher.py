@@ -109,9 +109,17 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
     return cone
 
 
-def root_candidates(idx: GraphIndex, anchor: int) -> list[str]:
+def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None = None) -> list[str]:
     """Tensors reachable forward from the anchor through elementwise nodes,
-    farthest first (the largest region that checks out wins)."""
+    farthest first (the largest region that checks out wins).
+
+    With ``leaves`` (the anchor's leaf candidates) the walk stops at a node
+    with an input that no region can hold: not one of ``leaves``, not a
+    scalar constant, and not made by an elementwise node (or made by another
+    anchor). Every cone through that node has such a source, so no tensor
+    past it can be a root (its cone would fail the search's first test);
+    the others keep their order (the walk past that node only marks such
+    tensors seen)."""
     out = idx.outs[anchor][0]
     found: list[tuple[int, str]] = []
     frontier = [(out, 0)]
@@ -128,10 +136,24 @@ def root_candidates(idx: GraphIndex, anchor: int) -> list[str]:
             if o in seen:
                 continue
             seen.add(o)
+            if leaves is not None and any(_bad_source(idx, x, anchor, leaves) for x in idx.ins[c]):
+                continue
             found.append((d + 1, o))
             frontier.append((o, d + 1))
     found.sort(key=lambda p: -p[0])
     return [t for _, t in found]
+
+
+def _bad_source(idx: GraphIndex, t: str, anchor: int, leaves: frozenset[str]) -> bool:
+    """A tensor where every cone that reaches it (and does not stop there)
+    ends with a source: no scalar constant, not in ``leaves``, and not made
+    by an elementwise node (or made by another anchor)."""
+    if t in leaves:
+        return False
+    if (idx.scalar_consts[t] if t in idx.scalar_consts else scalar_const(idx, t)) is not None:
+        return False
+    p = idx.producer.get(t)
+    return p is None or not _node_class(idx, p) or (p != anchor and idx.ops[p] in ANCHOR_OPS)
 
 
 def leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
@@ -186,9 +208,9 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
 
     candidates = leaf_candidates(idx, anchor)
     cand_set = frozenset(candidates)
-    unexplained: list[str] = []
+    with_leaf: set[str] = set()
     rough: list = []  # regions that failed the 3-point pre-check
-    for root in root_candidates(idx, anchor):
+    for root in root_candidates(idx, anchor, cand_set):
         # Cheap filter: a root whose cone reaches a source outside the
         # anchor's upstream can have no leaf.
         pre = cone(idx, root, cand_set, anchor, fail_fast=True)
@@ -196,8 +218,8 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
         if not pre.truncated and anchor in pre.nodes and set(pre.sources) <= cand_set:
             leaf, sub = find_leaf(idx, root, anchor, candidates)
         if leaf is None:
-            unexplained.append(root)
             continue
+        with_leaf.add(root)
         nodes = sorted(sub.nodes)
         if sum(idx.ops[i] in ANCHOR_OPS for i in nodes) != 1:
             continue
@@ -238,7 +260,9 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
     # Would a root be a GELU if its other sources were x, or if its
     # overridable / [1,1]-shaped constants were plain scalars? Then that is
     # exactly why it was not fused. Only near-misses pay for this.
-    for root in unexplained:
+    for root in root_candidates(idx, anchor):  # the roots the search pruned too, in the walk's order
+        if root in with_leaf:
+            continue
         d = _diagnose(idx, anchor, root)
         if d:
             miss(*d)
