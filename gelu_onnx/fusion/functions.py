@@ -30,8 +30,7 @@ from .. import contract as C
 from ..errors import InputError
 from .match.single_op import describe
 from .ops import ANCHOR_OPS
-from .rewrite.emit import add_functions, ensure_opset
-from .targets import make_function
+from .targets import add_functions, ensure_opset, make_function
 from ..onnxio.walk import subgraphs
 
 if TYPE_CHECKING:
@@ -301,8 +300,11 @@ def _default(imports) -> int:
 
 def _put_back(model: ModelProto, f: FunctionProto, fused: ModelProto) -> None:
     """The fused body becomes f's body; its new opset imports and model-local
-    functions (our op's math) go to f and to the model."""
+    functions (our op's math) go to f and to the model. A function has no
+    initializers: those the rewrite added (an Emission's constants) become
+    Constant nodes."""
     del f.node[:]
+    f.node.extend(helper.make_node("Constant", [], [t.name], value=t) for t in fused.graph.initializer)
     f.node.extend(fused.graph.node)
     have = {i.domain for i in f.opset_import}
     for imp in f.opset_import:  # `standard` may have raised the body's default opset (proven there)

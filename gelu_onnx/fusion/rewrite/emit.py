@@ -4,29 +4,16 @@ removed GELU spellings used dropped; nothing else is touched."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from itertools import chain
 
+import numpy as np
 from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
 
 from ... import contract as C
 from ...onnxio.walk import subgraphs, walk_graphs
 from ..match.bias import bias_initializer
 from ..report import Match
-
-
-@dataclass
-class Emission:
-    """The op one match becomes (before any dtype Casts)."""
-
-    domain: str
-    op_type: str
-    inputs_bias: bool  # whether the op takes the bias as its second input
-    attrs: dict
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
+from ..targets import Emission
 
 
 class NameGen:
@@ -65,37 +52,59 @@ class NameGen:
         return name
 
 
-def emit_nodes(m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen) -> list[NodeProto]:
-    """The replacement for one region: [Cast] → op → [Cast], writing m.root."""
+def emit_nodes(idx, m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen,
+               dead: set) -> list[NodeProto]:
+    """The replacement for the GELU ``m`` of graph ``idx``; with ``use_bias``
+    its bias Add is folded in (a bias initializer that becomes unread goes to
+    ``dead``)."""
+    if use_bias:
+        return write(em, m.bias_input, _bias_1d(idx, m, names, dead), m, compute_type, names, idx.graph)
+    return write(em, m.leaf, None, m, compute_type, names, idx.graph)
+
+
+def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: NameGen, graph) -> list[NodeProto]:
+    """Add(x, bias) written out, then ``em`` without a bias: for a bias the
+    target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
+    biased = names(f"{m.leaf}_biased")
+    add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
+    return [add] + write(em, biased, None, m, compute_type, names, graph)
+
+
+def write(em: Emission, x: str, bias: str | None, m: Match, compute_type: int, names: NameGen,
+          graph) -> list[NodeProto]:
+    """``em`` as nodes reading ``x`` (of m's input type) and the 1-D ``bias``,
+    writing m.root (of m's output type): [Cast] -> em's nodes -> [Cast], its
+    constants appended to ``graph``'s initializers; every new name from
+    ``names``."""
     nodes: list[NodeProto] = []
-    x = m.bias_input if use_bias else m.leaf
     if m.leaf_type != compute_type:
         cx = names(f"{x}_cast")
         nodes.append(_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
         x = cx
-    ins = [x, _bias_1d(m, names)] if use_bias else [x]
-    out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
-    nodes.append(_node(em.op_type, ins, [out], names(f"{m.root}_{em.op_type}"), em.domain or None, **em.attrs))
+    local = {"x": x, "bias": bias}
+    for key, value in em.consts.items():
+        v = np.asarray(value, np.float64)
+        local[key] = names(f"{m.root}_{key}")
+        graph.initializer.append(helper.make_tensor(local[key], compute_type, v.shape, v.ravel().tolist()))
+    last = len(em.nodes) - 1
+    for k, n in enumerate(em.nodes):
+        if k < last:
+            out = names(f"{m.root}_{n.output}")
+        else:
+            out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
+        nodes.append(_node(n.op_type, [local[i] for i in n.inputs], [out], names(f"{m.root}_{n.op_type}"),
+                           n.domain or None, **n.attrs))
+        local[n.output] = out
     if out != m.root:
         nodes.append(_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
     return nodes
 
 
-def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: NameGen) -> list[NodeProto]:
-    """Add(x, bias) written out, then the op without a bias: for a bias the
-    target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
-    biased = names(f"{m.leaf}_biased")
-    add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
-    shifted = Match(index=m.index, anchor=m.anchor, root=m.root, leaf=biased, nodes=m.nodes, consts=set(), form=m.form,
-                    alpha=m.alpha, leaf_type=m.leaf_type, root_type=m.root_type, precision=m.precision, error=0.0)
-    return [add] + emit_nodes(shifted, em, compute_type, False, names)
-
-
-def _bias_1d(m: Match, names: NameGen) -> str:
+def _bias_1d(idx, m: Match, names: NameGen, dead: set) -> str:
     """The ops take a 1-D bias: a [1, ..., 1, H] initializer gets a 1-D twin
     (same bytes, new dims) next to the region; the old one, once unread, is
     removed with the other dead constants."""
-    shape = m.index.shape(m.bias)
+    shape = idx.shape(m.bias)
     if shape is not None and len(shape) <= 1:
         return m.bias
     t = bias_initializer(m)
@@ -106,8 +115,8 @@ def _bias_1d(m: Match, names: NameGen) -> str:
     flat.name = names(f"{t.name}_1d")
     del flat.dims[:]
     flat.dims.append(t.dims[-1])
-    m.index.graph.initializer.append(flat)
-    m.consts = set(m.consts) | {t.name}
+    idx.graph.initializer.append(flat)
+    dead.add(t.name)
     return flat.name
 
 
@@ -214,30 +223,6 @@ def drop_stale_value_info(model: ModelProto, graphs=None) -> None:
         defined.update([i.name for i in g.input])
         defined.update([t.name for t in g.initializer])
         remove_indices(g.value_info, {k for k, vi in enumerate(g.value_info) if vi.name not in defined})
-
-
-def ensure_opset(model: ModelProto, domain: str, version: int) -> None:
-    for imp in model.opset_import:
-        if imp.domain == domain:
-            return
-    model.opset_import.append(helper.make_opsetid(domain, version))
-
-
-def default_opset(model: ModelProto) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
-
-
-def add_functions(model: ModelProto, funcs) -> None:
-    have = {(f.domain, f.name) for f in model.functions}
-    for f in funcs:
-        if (f.domain, f.name) not in have:
-            model.functions.append(f)
-    if model.ir_version < C.MIN_IR_FOR_FUNCTIONS:
-        model.ir_version = C.MIN_IR_FOR_FUNCTIONS
-
 
 
 def drop_unused_functions(model) -> None:

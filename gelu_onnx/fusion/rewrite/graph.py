@@ -40,7 +40,7 @@ def _emit_all(g, names, dead: set) -> list:
             removed = list(mt.nodes)
         else:
             emit = single_op.emit if mt.single_op is not None else emit_nodes
-            nodes = emit(mt, s.emission, s.compute_type, s.use_bias, names)
+            nodes = emit(idx, mt, s.emission, s.compute_type, s.use_bias, names, dead)
             removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
             dead.update(mt.consts)
         edits.append((max(mt.nodes), b"".join(len_field(n.SerializeToString()) for n in nodes), removed))
