@@ -332,7 +332,7 @@ def _own_ops(em: Emission) -> list[str]:
 def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_edit=None) -> None:
     """Select, then replace every selected region (in place) and finish the
     model. ``before_edit(plan)`` runs between the two (the model unchanged)."""
-    names = NameGen(m, [g.index for g in plan.graphs])
+    names = NameGen([g.index for g in plan.graphs])
     fn_dtype = select(plan, target, res)
     if before_edit is not None:
         before_edit(plan)
@@ -349,7 +349,7 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
         return
     if nested:  # names cross scopes: dead constants and stale value_info over every graph
         graphs = [g.index.graph for g in plan.graphs]
-        drop_dead_constants(m, dead, graphs)
-        drop_stale_value_info(m, graphs)
+        drop_dead_constants(dead, graphs)
+        drop_stale_value_info(graphs)
     drop_unused_functions(m)
     target.finish(m, plan.opset, fn_dtype)

@@ -7,10 +7,10 @@ from collections import Counter
 from itertools import chain
 
 import numpy as np
-from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
+from onnx import AttributeProto, NodeProto, TensorProto, helper
 
 from ... import contract as C
-from ...onnxio.walk import subgraphs, walk_graphs
+from ...onnxio.walk import subgraphs
 from ..match.bias import bias_initializer
 from ..report import Match
 from ..targets import Emission
@@ -20,28 +20,18 @@ class NameGen:
     """Unique node/tensor names across the whole model: none that a node,
     a node input or output, an initializer, a graph input or a typed
     value_info has (a declaration of a name no node makes is valid, and
-    would give a new tensor of that name its type). ``indexes`` (the plan's
-    GraphIndex of every graph, taken before any change) answer that without
-    a walk over the model."""
+    would give a new tensor of that name its type), read from ``indexes``
+    (the plan's GraphIndex of every graph, taken before any change), nor
+    one given before."""
 
-    def __init__(self, model: ModelProto, indexes=None):
+    def __init__(self, indexes):
         self.used: set[str] = set()
         self.indexes = indexes
-        if indexes is not None:
-            return
-        for g in walk_graphs(model.graph):
-            nodes = list(g.node)
-            self.used.update([n.name for n in nodes])
-            self.used.update(chain.from_iterable([n.output for n in nodes]))
-            self.used.update(chain.from_iterable([n.input for n in nodes]))
-            self.used.update([t.name for t in g.initializer])
-            self.used.update([i.name for i in g.input])
-            self.used.update([v.name for v in g.value_info])
 
     def _taken(self, name: str) -> bool:
         return name in self.used or any(
             name in ix.producer or name in ix.consumers or name in ix.initializers or name in ix.graph_inputs
-            or name in ix.value_types or name in ix.node_names() for ix in self.indexes or ())
+            or name in ix.value_types or name in ix.node_names() for ix in self.indexes)
 
     def __call__(self, base: str) -> str:
         name, k = base, 0
@@ -170,15 +160,13 @@ def remove_indices(rep, drop) -> None:
     del rep[last:]
 
 
-def drop_dead_constants(model: ModelProto, candidates: set[str], graphs=None) -> None:
+def drop_dead_constants(candidates: set[str], graphs: list) -> None:
     """Delete Constant/folded nodes and initializers among ``candidates`` (the
-    constants the fused regions read) that nothing reads any more, and then
-    whatever only those read. One walk counts the readers of every name;
-    removals update the counts. ``graphs``: every graph of the model, when
-    the caller has them (the plan does), else they are walked."""
+    constants the fused regions read) that nothing reads any more in
+    ``graphs`` (every graph of the model), and then whatever only those read.
+    One walk counts the readers of every name; removals update the counts."""
     if not candidates:
         return
-    graphs = list(walk_graphs(model.graph)) if graphs is None else list(graphs)
     readers: Counter = Counter()
     for g in graphs:
         readers.update(chain.from_iterable([n.input for n in g.node]))
@@ -215,8 +203,9 @@ def drop_dead_constants(model: ModelProto, candidates: set[str], graphs=None) ->
         remove_indices(g.initializer, drop_inits.get(gi))
 
 
-def drop_stale_value_info(model: ModelProto, graphs=None) -> None:
-    for g in walk_graphs(model.graph) if graphs is None else graphs:
+def drop_stale_value_info(graphs: list) -> None:
+    """Drop the value_info of names no node, input or initializer defines any more."""
+    for g in graphs:
         if not len(g.value_info):
             continue
         defined = set(chain.from_iterable([n.output for n in g.node]))
