@@ -92,7 +92,8 @@ class Target:
     # whether GELUs inside model-local function bodies are fused in place
     # (else the calls are inlined)
     fuses_function_bodies: bool = True
-    # whether each op type gets a model-local function with its math
+    # whether each op type of its emissions outside the default domain gets
+    # a model-local function with its math (finish writes them)
     writes_functions: bool = False
     # who lacks a kernel for a dtype, in unsupported()'s message
     _owner: str = "the target's ops"
@@ -115,9 +116,12 @@ class Target:
         return None
 
     def takes_bias(self, form: str) -> bool:
+        """Whether the emission can fold a bias Add in front in (read ``bias``)."""
         raise NotImplementedError
 
     def emission(self, form: str, bias: bool, alpha: float | None) -> Emission:
+        """What a GELU of ``form`` becomes (``alpha``: QuickGELU's); with
+        ``bias`` it reads the 1-D bias."""
         raise NotImplementedError
 
     def typed_functions(self, opset: int) -> bool:
