@@ -28,7 +28,7 @@ from ... import contract as C
 from ..index.graph import GraphIndex, tensor_value
 from ..report import Match, Code, NearMiss
 from .bias import const_dims, last_dim
-from ..rewrite.emit import emit_after_add, emit_nodes, write
+from ..rewrite.emit import emit_after_add, write
 
 
 def _attr(node: NodeProto, name: str):
@@ -198,15 +198,6 @@ def already_target(m: Match, em: Emission, use_bias: bool) -> bool:
     if (n.domain or "") != op.domain or n.op_type != op.op_type:
         return False
     return m.form != "sigmoid" or _attr(n, "alpha") in (..., m.alpha)
-
-
-def emit(idx: GraphIndex, m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen,
-         dead: set) -> list[NodeProto]:
-    """The replacement for a single-op GELU. A bias inside the old node that
-    the target's op cannot take becomes an Add in front."""
-    if not m.bias_inside or use_bias:
-        return emit_nodes(idx, m, em, compute_type, use_bias, names, dead)
-    return emit_after_add(m, m.bias, em, compute_type, names, idx.graph)
 
 
 if TYPE_CHECKING:

@@ -46,9 +46,12 @@ def emit_nodes(idx, m: Match, em: Emission, compute_type: int, use_bias: bool, n
                dead: set) -> list[NodeProto]:
     """The replacement for the GELU ``m`` of graph ``idx``; with ``use_bias``
     its bias Add is folded in (a bias initializer that becomes unread goes to
-    ``dead``)."""
+    ``dead``). A bias inside a single-op GELU that ``em`` does not take
+    becomes an Add in front."""
     if use_bias:
         return write(em, m.bias_input, _bias_1d(idx, m, names, dead), m, compute_type, names, idx.graph)
+    if m.bias_inside:
+        return emit_after_add(m, m.bias, em, compute_type, names, idx.graph)
     return write(em, m.leaf, None, m, compute_type, names, idx.graph)
 
 
