@@ -149,7 +149,7 @@ def test_an_emission_refuses_a_name_it_does_not_define():
 
 
 @pytest.mark.parametrize("dtype", [T.FLOAT, T.FLOAT16], ids=["fp32", "fp16"])
-def test_scaled_fuse_file_inspect_report_cli_and_parity(tmp_path, registered, dtype):
+def test_scaled_fuse_file_inspect_report_cli_and_parity(tmp_path, capsys, registered, dtype):
     forms = ["erf", "tanh", "sigmoid"] * 4
     model = _layers(forms, dtype)
     src = tmp_path / "m.onnx"
@@ -182,7 +182,9 @@ def test_scaled_fuse_file_inspect_report_cli_and_parity(tmp_path, registered, dt
     again = tmp_path / "cli.onnx"
     assert cli.main(["fuse", str(src), "-o", str(again), "--target", "scaled"]) == 0
     assert again.read_bytes() == (tmp_path / "out.onnx").read_bytes()
+    capsys.readouterr()
     assert cli.main(["inspect", str(src), "--target", "scaled"]) == 0
+    assert f"{C.DOMAIN}.{ops['tanh']}+Mul" in capsys.readouterr().out
 
 
 def test_quick_writes_three_standard_nodes_and_reports_the_rest(registered):
