@@ -31,7 +31,7 @@ from ..errors import InputError
 from .match.single_op import describe
 from .ops import ANCHOR_OPS
 from .targets import add_functions, ensure_opset, make_function
-from ..onnxio.walk import subgraphs
+from ..onnxio.walk import subgraphs, walk_graphs
 
 if TYPE_CHECKING:
     from .report import FuseResult
@@ -90,7 +90,7 @@ def _call_types(model: ModelProto, calls: list[NodeProto], inferred: list) -> li
 
 def _declared_types(model: ModelProto) -> dict[str, int]:
     types: dict[str, int] = {}
-    for g in _graphs(model.graph):
+    for g in walk_graphs(model.graph):
         for vi in (*g.input, *g.output, *g.value_info):
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 types[vi.name] = vi.type.tensor_type.elem_type
@@ -109,15 +109,8 @@ def _function_graphs(f: FunctionProto):
     yield f.node
     for n in f.node:
         for _, g in subgraphs(n):
-            for sub in _graphs(g):
+            for sub in walk_graphs(g):
                 yield sub.node
-
-
-def _graphs(g: GraphProto):
-    yield g
-    for n in g.node:
-        for _, sub in subgraphs(n):
-            yield from _graphs(sub)
 
 
 def _body_model(f: FunctionProto, in_types: list[int | None], ir_version: int) -> ModelProto:
