@@ -157,7 +157,9 @@ class Names:
         """Every string, as a numpy object array (decoded once, all at once)."""
         arr = getattr(self, "_array", None)
         if arr is None:
-            arr = self._array = np.array(self.blob[:-1].decode("utf-8").split("\0"), dtype=object)
+            every = self.blob[:-1].decode("utf-8").split("\0")
+            arr = self._array = np.array(every, dtype=object)
+            self.ids = dict(zip(every, range(len(every))))  # every id known: no find() per name
         return arr
 
 

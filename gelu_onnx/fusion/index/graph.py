@@ -20,7 +20,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helpe
 
 from ...contract import np_dtype
 from ...onnxio import tensor_array
-from ...onnxio.arraytable import DeclaredOrInitializer, NameLists, unique
+from ...onnxio.arraytable import unique
 from ..ops import BINARY_OPS, DEFAULT_DOMAINS, ELEMENTWISE, FOLDABLE, OPS, cast_to
 from .shapes import elementwise_shape
 
@@ -132,6 +132,12 @@ def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
     return bool(readers)
 
 
+def _per_node(names: np.ndarray, off: np.ndarray, ids: np.ndarray) -> list[list[str]]:
+    """Each node's names (inputs or outputs, by the scanner's offsets) as a list."""
+    flat, o = names[ids].tolist(), off.tolist()
+    return [flat[a:b] for a, b in zip(o, o[1:])]
+
+
 class GraphIndex:
     """Producer/consumer maps and constant resolution for one graph.
 
@@ -149,24 +155,15 @@ class GraphIndex:
         # Folder external data resolves against (to read small external constants).
         self.base_dir = parent.base_dir if parent is not None else base_dir
         assert table.graph is graph and table.n == len(graph.node)
-        # by name for lookups, by string id for the bulk passes (the scanner's
-        # ids of inputs, outputs and value_info, in the graph's order: a
-        # dynamo export declares every tensor, a find per name cost more than the fuse)
         declared_types: dict[str, int] = {}
         declared_shapes: dict[str, list] = {}
-        type_ids: dict[int, int] = {}
-        shape_ids: dict[int, list] = {}
-        s = table.scan
-        for vis, ids in ((graph.input, s.input_name), (graph.output, s.output_name), (graph.value_info, s.vi_name)):
-            for vi, i in zip(vis, ids.tolist(), strict=True):
-                tt = vi.type.tensor_type
-                if vi.type.HasField("tensor_type") and tt.elem_type:
-                    declared_types[vi.name] = type_ids[i] = tt.elem_type
-                    if tt.HasField("shape"):
-                        declared_shapes[vi.name] = shape_ids[i] = [
-                            d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim
-                        ]
-        self._from_arrays(table, (declared_types, type_ids), (declared_shapes, shape_ids))
+        for vi in (*graph.input, *graph.output, *graph.value_info):
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.elem_type:
+                declared_types[vi.name] = tt.elem_type
+                if tt.HasField("shape"):
+                    declared_shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        self._from_arrays(table, declared_types, declared_shapes)
         # The matcher's per-graph caches (fusion/match/matcher.py, fusion/match/numeric.py),
         # filled lazily: scalar constants by name, 1/0 = node may / may not be
         # inside a GELU region (-1 unknown), numeric checks by region key.
@@ -183,22 +180,38 @@ class GraphIndex:
         self.shape_memo: dict[str, list | None] = {}  # fusion.index.shapes.elementwise_shape's
         self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
 
-    def _from_arrays(self, table, value_types, value_shapes) -> None:
-        """The maps and lists as views over an onnxio.ArrayTable (the
-        native scanner's arrays): nothing is made per node until asked for."""
+    def _from_arrays(self, table, declared_types: dict, declared_shapes: dict) -> None:
+        """The maps and lists from an onnxio.ArrayTable (the native scanner's
+        arrays); value_types / value_shapes: what value_info, the graph's
+        inputs and outputs declare, else the initializer's type and dims."""
         s = table.scan
-        self.graph_inputs = set(table.names.take(s.input_name))
-        self.graph_outputs = set(table.names.take(s.output_name))
-        self.initializers = table.initializer_map()
-        self.value_types = DeclaredOrInitializer(*value_types, table, dims=False)
-        self.value_shapes = DeclaredOrInitializer(*value_shapes, table, dims=True)
+        names = table.names.array()
+        self.graph_inputs = set(names[s.input_name].tolist())
+        self.graph_outputs = set(names[s.output_name].tolist())
+        inits = names[s.init_name].tolist()
+        self.initializers = dict(zip(inits, self.graph.initializer, strict=True))
+        self.value_types = {**dict(zip(inits, s.init_dtype.tolist())), **declared_types}
+        dims, off = s.init_dims.tolist(), s.init_dims_off.tolist()
+        self.value_shapes = {**{n: dims[off[k]:off[k + 1]] for k, n in enumerate(inits)}, **declared_shapes}
         self.nodes = table.nodes
-        self.ops, self.domains, self.labels = table.ops, table.domains, table.labels
+        self.ops, self.domains = table.ops, table.domains
+        self.labels: list[str] = names[s.node_name].tolist()
         self.attributed = set(table.attributed)
-        self.raw_ins, self.outs = table.ins, table.outs
-        self.ins = NameLists(s.node_in_off, s.in_ids, table.names, skip_empty=True)
-        self.producer = table.producer_map()
-        self.consumers = table.consumer_map()
+        # The matcher asks ~100 questions per anchor: plain lists and dicts,
+        # made in bulk from the arrays, answer each in one lookup (views
+        # that made them on access cost ~10x more per question).
+        self.raw_ins = _per_node(names, s.node_in_off, s.in_ids)
+        self.outs = _per_node(names, s.node_out_off, s.out_ids)
+        self.ins = self.raw_ins
+        if not s.in_ids.all():  # omitted optional inputs ("", id 0): left out of ins
+            self.ins = list(self.raw_ins)
+            for i in np.unique(np.repeat(np.arange(table.n), table.in_count)[s.in_ids == 0]).tolist():
+                self.ins[i] = [x for x in self.raw_ins[i] if x]
+        written = np.flatnonzero(table.producer >= 0)
+        self.producer = dict(zip(names[written].tolist(), table.producer[written].tolist()))
+        read = np.flatnonzero(np.diff(table.cons_off)).tolist()
+        off, readers = table.cons_off.tolist(), table.cons_nodes.tolist()
+        self.consumers = {names[i]: readers[off[i]:off[i + 1]] for i in read}
         self.nested: list[int] = table.with_subgraphs  # nodes that hold subgraphs
         self.arrays = table
 
