@@ -1,8 +1,7 @@
 """The rewrite of a graph the native scanner read, at the byte level: the
 output's nodes are the input's node fields that stay, copied as bytes, with
-each fused region's replacement (rewrite.emit_nodes, single_op.emit,
-single_op.legacy_nodes) where its last node was; the graph's node list is
-then replaced in one parse.
+each fused region's replacement (rewrite.emit_nodes, single_op.legacy_nodes)
+where its last node was; the graph's node list is then replaced in one parse.
 """
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def _emit_all(g, names, dead: set) -> list:
             nodes = single_op.legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph)
             removed = list(mt.nodes)
         else:
-            emit = single_op.emit if mt.single_op is not None else emit_nodes
-            nodes = emit(mt, s.emission, s.compute_type, s.use_bias, names)
+            nodes = emit_nodes(idx, mt, s.emission, s.compute_type, s.use_bias, names, dead)
             removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
             dead.update(mt.consts)
         edits.append((max(mt.nodes), b"".join(len_field(n.SerializeToString()) for n in nodes), removed))
