@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from ..errors import InputError, MissingFileError, UnsafeModelError
 from ..interrupts import fault
 from ..memlimit import not_enough, short_of
+from . import wire
 from .fileops import path_arg
 from .format import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
@@ -123,8 +124,6 @@ def _scan(data: bytes, model: onnx.ModelProto):
     """The native scanner's reading of the bytes ``model`` was parsed from;
     of the model's own serialization when it declines those (the graph
     field given twice: protobuf merges it)."""
-    from . import wire
-
     s = wire.scan(data)
     return s if s is not None else wire.scan(model.SerializeToString())
 
@@ -162,8 +161,6 @@ def tensor_array(t: TensorProto, base_dir=None):
     """numpy value of a tensor; an external one is read (only its own byte
     range) after the same checks as loading — for the few small constants a
     caller needs, never for a whole model's weights."""
-    from onnx import numpy_helper
-
     if not is_external(t):
         return numpy_helper.to_array(t)
     v = Validator(f"tensor {quote(t.name)}",
