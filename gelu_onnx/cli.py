@@ -50,16 +50,25 @@ def _escape(err: UnicodeError):
 codecs.register_error(ESCAPE, _escape)
 
 
+def _require(ok, message: str) -> None:
+    """argparse's one-line refusal of an argument, unless ``ok``."""
+    if not ok:
+        raise argparse.ArgumentTypeError(message)
+
+
+def _parsed(conv, text: str, message: str):
+    """``conv(text)``, or argparse's refusal with ``message``."""
+    try:
+        return conv(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(message) from None
+
+
 def dim_arg(s: str):
     name, sep, val = s.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got '{s}'")
-    try:
-        v = int(val)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}': VALUE must be an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"'{s}': VALUE must be >= 0")
+    _require(sep and name, f"expected NAME=VALUE, got '{s}'")
+    v = _parsed(int, val, f"'{s}': VALUE must be an integer")
+    _require(v >= 0, f"'{s}': VALUE must be >= 0")
     return name, v
 
 
@@ -71,14 +80,11 @@ def tol_arg(s: str):
     kind, key = "dtype", (dtype or None)
     if colon and name and not sep:
         kind, key, val = "name", name, nval
-    elif sep and dtype not in PARITY_TOLERANCE:
-        raise argparse.ArgumentTypeError(f"'{dtype}' is not a float dtype (use one of {', '.join(PARITY_TOLERANCE)})")
-    try:
-        v = float(val)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected VALUE, DTYPE=VALUE or NAME:VALUE, got '{s}'") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"'{s}': tolerance must be a finite number >= 0")
+    else:
+        _require(not sep or dtype in PARITY_TOLERANCE,
+                 f"'{dtype}' is not a float dtype (use one of {', '.join(PARITY_TOLERANCE)})")
+    v = _parsed(float, val, f"expected VALUE, DTYPE=VALUE or NAME:VALUE, got '{s}'")
+    _require(0 <= v < float("inf"), f"'{s}': tolerance must be a finite number >= 0")
     return kind, key, v
 
 
@@ -102,14 +108,11 @@ def shape_arg(s: str):
     """NAME:[D0,D1,...] (Polygraphy's --input-shapes)."""
     name, sep, dims_s = s.rpartition(":")
     body = dims_s.strip()
-    if not sep or not name or not (body.startswith("[") and body.endswith("]")):
-        raise argparse.ArgumentTypeError(f"expected NAME:[D0,D1,...] (e.g. input_ids:[1,128]), got '{s}'")
-    try:
-        dims = [int(d) for d in body[1:-1].split(",") if d.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}': dimensions must be integers") from None
-    if any(d < 0 for d in dims):
-        raise argparse.ArgumentTypeError(f"'{s}': dimensions must be >= 0")
+    _require(sep and name and body.startswith("[") and body.endswith("]"),
+             f"expected NAME:[D0,D1,...] (e.g. input_ids:[1,128]), got '{s}'")
+    dims = _parsed(lambda b: [int(d) for d in b.split(",") if d.strip()], body[1:-1],
+                   f"'{s}': dimensions must be integers")
+    _require(all(d >= 0 for d in dims), f"'{s}': dimensions must be >= 0")
     return name, dims
 
 
@@ -117,35 +120,24 @@ def tol_by_name(s: str):
     """NAME:RTOL,ATOL (one output or GELU tensor)."""
     name, sep, vals = s.rpartition(":")
     parts = vals.split(",")
-    if not sep or not name or len(parts) != 2:
-        raise argparse.ArgumentTypeError(f"expected NAME:RTOL,ATOL, got '{s}'")
-    try:
-        rtol, atol = float(parts[0]), float(parts[1])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}': RTOL and ATOL must be numbers") from None
-    if not (0 <= rtol < float("inf") and 0 <= atol < float("inf")):
-        raise argparse.ArgumentTypeError(f"'{s}': tolerances must be finite numbers >= 0")
+    _require(sep and name and len(parts) == 2, f"expected NAME:RTOL,ATOL, got '{s}'")
+    rtol, atol = _parsed(lambda p: [float(x) for x in p], parts, f"'{s}': RTOL and ATOL must be numbers")
+    _require(0 <= rtol < float("inf") and 0 <= atol < float("inf"), f"'{s}': tolerances must be finite numbers >= 0")
     return name, {"rtol": rtol, "atol": atol}
 
 
 def providers_arg(s: str) -> list[str]:
     ps = [p.strip() for p in s.split(",") if p.strip()]
-    bad = [p for p in ps if p not in PROVIDERS]
-    if not ps or bad:
-        raise argparse.ArgumentTypeError(f"'{s}': choose a comma-separated list from {', '.join(PROVIDERS)}")
+    _require(ps and all(p in PROVIDERS for p in ps), f"'{s}': choose a comma-separated list from {', '.join(PROVIDERS)}")
     return ps
 
 
 def _int_at_least(low: int, high: int | None = None):
     """An argparse type: an integer >= low (and <= high)."""
     def parse(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got '{s}'") from None
-        if v < low or (high is not None and v > high):
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}" + (f" and <= {high}" if high else "")
-                                             + f", got {v}")
+        v = _parsed(int, s, f"expected an integer, got '{s}'")
+        _require(low <= v and (high is None or v <= high),
+                 f"expected an integer >= {low}" + (f" and <= {high}" if high else "") + f", got {v}")
         return v
     return parse
 
@@ -157,12 +149,8 @@ thread_count = _int_at_least(1, 1024)
 
 def finite_float(s: str) -> float:
     """An argparse type: a finite number (nan and inf would make every feed nan)."""
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got '{s}'") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got '{s}'")
+    v = _parsed(float, s, f"expected a number, got '{s}'")
+    _require(math.isfinite(v), f"expected a finite number, got '{s}'")
     return v
 
 
