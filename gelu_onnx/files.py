@@ -35,7 +35,7 @@ from .fusion.report import Fusion, FuseResult
 from .fusion.rewrite import checkmodel
 from .fusion.targets import DEFAULT as DEFAULT_TARGET, Target, TargetName
 from .onnxio import LoadedModel, load_model_proto, splice
-from .onnxio.fileops import folder_lock, path_arg, utf8_path
+from .onnxio.fileops import folder_lock, path_arg, same_file, utf8_path
 from .onnxio.fileops import in_folder as _cwd  # onnx.checker resolves a model's external data against the cwd
 from .onnxio.format import MMAP_MIN_BYTES
 
@@ -93,13 +93,6 @@ class FileInspectResult:
                 "already_target_ops": [f.as_dict() for f in r.already], "warnings": list(self.warnings)}
 
 
-def _same_file(a, b) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
-    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (the output check words it)
-        return False
-
-
 # Below this file size a plain parse + serialize costs well under a second
 # (and io reads such files rather than mapping them).
 SPLICE_MIN_BYTES = MMAP_MIN_BYTES
@@ -144,7 +137,7 @@ def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False)
     messages) for bad input and unsupported models."""
     src, dst = path_arg(src), path_arg(dst)
     require_file(src)
-    if _same_file(src, dst) and not overwrite_input:
+    if same_file(src, dst) and not overwrite_input:
         raise InputError(f"{dst} is the input file; refusing to overwrite it (pass --overwrite-input)")
     onnxio.check_output_path(dst, src, overwrite_input)  # before any work (the write checks again)
     with _opened(src) as (loaded, skel), _no_cycle_collection():
