@@ -43,7 +43,7 @@ class Exposed:
     notes: list[str] = field(default_factory=list)
 
 
-MODES = ("gelus", "all")
+MODES = contract.LOCALIZE_MODES
 
 
 def mode(value) -> str | None:
