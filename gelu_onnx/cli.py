@@ -17,7 +17,7 @@ import sys
 import warnings
 
 from . import __version__, interrupts, memlimit, streams
-from .cliout import dims, emit_json, one_line
+from .cliout import collapse_whitespace, dims, emit_json
 from .errors import GeluOnnxError
 from .fusion import targets
 
@@ -237,7 +237,7 @@ class _Parser(argparse.ArgumentParser):
     """A usage error is one line too (the usage itself: --help)."""
 
     def error(self, message):
-        self.exit(2, f"gelu-onnx: error: {one_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"gelu-onnx: error: {collapse_whitespace(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,7 +384,7 @@ def _run(args, debug: bool) -> int:
     except GeluOnnxError as e:
         if debug:
             raise
-        code, detail = e.exit_code, one_line(e.message)
+        code, detail = e.exit_code, collapse_whitespace(e.message)
         msg = f"gelu-onnx: error: {detail}"
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", None)
@@ -401,7 +401,7 @@ def _run(args, debug: bool) -> int:
             msg = f"gelu-onnx: error: {detail}"
         else:
             code = EXIT_INTERNAL
-            detail = f"internal error: {type(e).__name__}: {one_line(e)}"
+            detail = f"internal error: {type(e).__name__}: {collapse_whitespace(e)}"
             msg = f"gelu-onnx: {detail} (please report; GELU_ONNX_DEBUG=1 shows the traceback)"
     if getattr(args, "json", False):
         print(json.dumps({"ok": False, "error": detail, "exit_code": code}))

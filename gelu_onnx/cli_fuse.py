@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 
-from .cliout import emit_json, one_line
+from .cliout import collapse_whitespace, emit_json
 from .texttable import plural, table
 from .errors import InputError
 from .files import fuse_file, inspect_file
@@ -124,7 +124,7 @@ def created_folders(output: str):
             os.mkdir(d)
     except OSError as e:
         _remove_folders(missing)
-        raise InputError(f"{one_line(output)}: cannot create its folder {one_line(e.filename or d)} "
+        raise InputError(f"{collapse_whitespace(output)}: cannot create its folder {collapse_whitespace(e.filename or d)} "
                          f"({e.strerror or e})") from None
     try:
         yield

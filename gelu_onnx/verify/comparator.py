@@ -1,5 +1,6 @@
 """Comparing two runs' outputs: per output, max abs / rel error and ULP
-distance against the dtype's tolerance (contract.PARITY_TOLERANCE)."""
+distance against the dtype's tolerance (contract.PARITY_TOLERANCE), and the
+distribution of the error (gelu_onnx.verify.errstats)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from typing import Mapping
 import numpy as np
 
 from .. import contract
+from . import errstats
 from .inputs import dtype_str, is_bf16
 
 
@@ -51,6 +53,17 @@ class OutputParity:
     atol: float | None = None
     passed: bool = False
     message: str = ""
+    mean_abs: float | None = None  # of |original - fused| where both are finite (errstats)
+    median_abs: float | None = None
+    p99_abs: float | None = None
+    # "reference" (gelu_onnx.verify.verdict), "fixed" (atol/rtol) or "exact"
+    verdict: str = "fixed"
+    fused_mean_dev: float | None = None  # mean |fused - reference|
+    fused_max_dev: float | None = None
+    original_mean_dev: float | None = None  # mean |original - reference|
+    original_max_dev: float | None = None
+    mean_bound: float | None = None
+    max_bound: float | None = None
 
 
 def tolerance_for(dtype: str, tolerances: Mapping[str, Mapping[str, float]] | None = None) -> dict | None:
@@ -99,6 +112,7 @@ def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) ->
         nz = finite & (a != 0)  # zeros of the original are covered by atol
         row.max_rel = float((diff[nz] / np.abs(a[nz])).max()) if np.any(nz) else 0.0
         row.max_ulp = int(ulp_distance(ref[finite], got[finite]).max())
+    errstats.keep(row, diff[finite])
     row.passed = row.mismatched == 0
     if not row.passed:
         parts = [f"{row.mismatched} of {ref.size} elements outside atol={row.atol:g} + rtol={row.rtol:g}*|original|"]
@@ -108,30 +122,25 @@ def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) ->
     return row
 
 
-def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[str, np.ndarray], tolerances=None) -> list[OutputParity]:
-    """Per-output parity rows, matched by name (original order, then fused-only names)."""
+def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[str, np.ndarray], tolerances=None,
+            output_tolerances: Mapping[str, Mapping[str, float]] | None = None) -> list[OutputParity]:
+    """Per-output parity rows, matched by name (original order, then fused-only
+    names); ``output_tolerances`` ({name: {rtol, atol}}) win over ``tolerances``."""
     rows = []
     for name, ref in original_outputs.items():
+        ref = np.asarray(ref)
         if name not in fused_outputs:
-            ref = np.asarray(ref)
             rows.append(OutputParity(name=name, dtype=dtype_str(ref), shape=list(ref.shape), elements=int(ref.size),
                                      message="missing from the fused model's outputs"))
             continue
-        rows.append(compare_one(name, ref, fused_outputs[name], tolerances))
+        tol = tolerances
+        if (output_tolerances or {}).get(name):
+            tol = {dt: dict(v) for dt, v in (tolerances or {}).items()}
+            tol.setdefault(dtype_str(ref), {}).update(output_tolerances[name])
+        rows.append(compare_one(name, ref, fused_outputs[name], tol))
     for name, v in fused_outputs.items():
         if name not in original_outputs:
             v = np.asarray(v)
             rows.append(OutputParity(name=name, dtype=dtype_str(v), shape=list(v.shape), elements=int(v.size),
                                      message="output exists only in the fused model"))
     return rows
-
-
-def json_safe(x):
-    """Non-finite floats as the strings 'inf' / '-inf' / 'nan' (strict JSON has none)."""
-    if isinstance(x, float) and not np.isfinite(x):
-        return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
-    if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    return x

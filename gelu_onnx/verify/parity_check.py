@@ -1,15 +1,8 @@
-"""The full parity check: iterations, several providers, golden files, localize.
-
-Per iteration, the original runs on the reference provider (or golden
-outputs come from a Polygraphy RunResults file) and the fused model on each
-provider. Per output: the max errors of ``cmp.compare`` plus mean / median /
-p99 of |original - fused|, over all iterations. The verdict of a float
-output is reference-relative by default (gelu_onnx.verify.verdict: the
-original run more precisely, gelu_onnx.verify.reference, judges both); a
-fixed bound (Polygraphy's |a-b| <= atol + rtol*|a| against the original)
-where the caller gives a tolerance for its dtype or name, and for golden
-outputs. With ``localize`` every GELU tensor of the original's main graph is
-judged too (gelu_onnx.verify.localize).
+"""The check: per iteration the original (or golden outputs) and the fused
+model on each provider, compared output by output, judged by the
+reference-relative verdict (gelu_onnx.verify.verdict) or, where the caller
+gives a tolerance and for golden outputs, by a fixed bound; with
+``localize`` every GELU tensor too (gelu_onnx.verify.localize).
 """
 from __future__ import annotations
 
@@ -21,38 +14,22 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from . import comparator as cmp
 from . import errstats, feedfiles, localize, pairing, reference, runners, verdict
-from .inputs import DIM_DEFAULT, check_feeds, describe_inputs, dtype_str, input_specs, make_inputs
+from .inputs import DIM_DEFAULT, check_feeds, describe_inputs, input_specs, make_inputs
 from .. import contract
+from ..cliout import json_safe
 from ..errors import InputError, UnsupportedError
 from ..fusion.functions import refuse_foreign_functions
-
-
-@dataclass
-class OutputStats(cmp.OutputParity):
-    """A parity row with the distribution of the absolute error."""
-
-    mean_abs: float | None = None
-    median_abs: float | None = None
-    p99_abs: float | None = None
-    # "reference" (gelu_onnx.verify.verdict), "fixed" (atol/rtol) or "exact"
-    verdict: str = "fixed"
-    fused_mean_dev: float | None = None  # mean |fused - reference|
-    fused_max_dev: float | None = None
-    original_mean_dev: float | None = None  # mean |original - reference|
-    original_max_dev: float | None = None
-    mean_bound: float | None = None
-    max_bound: float | None = None
+from ..onnxio import check_output_path
+from ..onnxio.save import refuse_unreplaceable
 
 
 @dataclass
 class ProviderRun:
     provider: str
     ok: bool
-    outputs: list[OutputStats]
+    outputs: list[cmp.OutputParity]
     fusions: list[dict] = field(default_factory=list)
     first_failure: str | None = None  # the first GELU (in the original's order) that fails
 
@@ -60,7 +37,7 @@ class ProviderRun:
 @dataclass
 class CheckReport:
     ok: bool
-    outputs: list[OutputStats]  # the first provider's rows (all of them in ``runs``)
+    outputs: list[cmp.OutputParity]  # the first provider's rows (all of them in ``runs``)
     inputs: list[dict]
     provider: str
     reference_provider: str | None  # None: golden outputs from a file
@@ -84,7 +61,7 @@ class CheckReport:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return cmp.json_safe(asdict(self))
+        return json_safe(asdict(self))
 
 
 def provider_problem(provider: str) -> str | None:
@@ -110,32 +87,6 @@ def tf32_note(tf32: bool) -> str:
         return ("TF32 on in the CUDA sessions (--tf32, ONNX Runtime's default); the reference runs on the CPU, "
                 "without TF32")
     return "TF32 off in every CUDA session (use_tf32=0); --tf32 keeps ONNX Runtime's default"
-
-
-def _diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
-    """|ref - got| where both are finite (empty for exact dtypes or a shape mismatch)."""
-    ref, got = np.asarray(ref), np.asarray(got)
-    if ref.shape != got.shape or cmp.tolerance_for(dtype_str(ref)) is None:
-        return np.empty(0)
-    a, b = ref.astype(np.float64), got.astype(np.float64)
-    fin = np.isfinite(a) & np.isfinite(b)
-    return np.abs(a[fin] - b[fin])
-
-
-def compare(ref_out: Mapping, got_out: Mapping, tolerances=None, output_tolerances=None) -> list[OutputStats]:
-    """cmp.compare's rows with error statistics and per-name tolerances."""
-    rows = []
-    for row in cmp.compare(ref_out, got_out, tolerances):
-        over = (output_tolerances or {}).get(row.name)
-        if over and row.name in ref_out and row.name in got_out:
-            merged = {dt: dict(v) for dt, v in (tolerances or {}).items()}
-            merged.setdefault(row.dtype, {}).update(over)
-            row = cmp.compare_one(row.name, ref_out[row.name], got_out[row.name], merged)
-        s = OutputStats(**asdict(row))
-        if row.name in ref_out and row.name in got_out:
-            errstats.keep(s, _diff(ref_out[row.name], got_out[row.name]))
-        rows.append(s)
-    return rows
 
 
 class Steps:
@@ -179,9 +130,6 @@ def _check_save_paths(saves: Mapping[str, Any], models, files) -> None:
     models, their data files, the inputs / golden files), nor a device or
     FIFO, nor the other save path, nor an existing file of another kind than
     the .npz / JSON a save writes."""
-    from ..onnxio import check_output_path
-    from ..onnxio.save import refuse_unreplaceable
-
     read = [m.path for m in models if m.path] + [f for m in models for f in m.external_files] + list(files)
     taken: dict[str, str] = {}
     for flag, path in saves.items():
@@ -347,9 +295,9 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         for i, out in enumerate(outs):
             mo, go = localize.split(out, sites, fused_outputs)
             kept.append(mo)
-            per_out.append(compare(ref_its[i], mo, tolerances, output_tolerances))
+            per_out.append(cmp.compare(ref_its[i], mo, tolerances, output_tolerances))
             if sites:
-                per_gelu.append(compare(ref_gelus[i], go, tolerances, output_tolerances))
+                per_gelu.append(cmp.compare(ref_gelus[i], go, tolerances, output_tolerances))
             if judged is not None:
                 judged.tally(tallies, precise_its[i], ref_its[i], mo)
                 if sites:
