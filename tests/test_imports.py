@@ -98,3 +98,20 @@ def test_imports_inside_functions_in_fusion_and_onnxio_are_the_listed_ones():
              if inner and targets and m.startswith(("gelu_onnx.fusion", "gelu_onnx.onnxio"))
              and not m.startswith(("gelu_onnx.onnxio.load", "gelu_onnx.onnxio.save", "gelu_onnx.onnxio.fileops"))}
     assert found == INNER_ALLOWED
+
+
+# Imports inside functions in verify/ and the check/bench commands' modules
+# (package and third-party alike), each with its measured reason.
+VERIFY_INNER_ALLOWED = {
+    # `inspect` imports gelu_onnx.verify (files.inspect_file -> verify.pairing.custom_ops_gone) and makes no
+    # session: onnxruntime at module level would add its import to every inspect (python -X importtime:
+    # 0.11-0.31 s cumulative, shared 2-core VM, loaded; `import gelu_onnx.verify` without it: 397-400 modules)
+    ("gelu_onnx.verify.runners", "import onnxruntime"),
+}
+_VERIFY_MODULES = ("gelu_onnx.verify", "gelu_onnx.cli_check", "gelu_onnx.cli_bench", "gelu_onnx.testing",
+                   "gelu_onnx.cliout", "gelu_onnx.texttable")
+
+
+def test_imports_inside_functions_in_verify_and_the_check_commands_are_the_listed_ones():
+    found = {(m, s) for m, s, inner, _ in _imports() if inner and m.startswith(_VERIFY_MODULES)}
+    assert found == VERIFY_INNER_ALLOWED

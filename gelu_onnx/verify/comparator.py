@@ -1,15 +1,18 @@
 """Comparing two runs' outputs: per output, max abs / rel error and ULP
 distance against the dtype's tolerance (contract.PARITY_TOLERANCE), and the
-distribution of the error (gelu_onnx.verify.errstats)."""
+distribution of |original - fused| where both are finite (mean, median,
+99th percentile). ``merge``: one row for several iterations: maxima of
+maxima, summed counts, every iteration's errors together (kept as float32:
+ample for a statistic)."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from .. import contract
-from . import errstats
 from .inputs import dtype_str, is_bf16
 
 
@@ -53,7 +56,7 @@ class OutputParity:
     atol: float | None = None
     passed: bool = False
     message: str = ""
-    mean_abs: float | None = None  # of |original - fused| where both are finite (errstats)
+    mean_abs: float | None = None  # of |original - fused| where both are finite (keep)
     median_abs: float | None = None
     p99_abs: float | None = None
     # "reference" (gelu_onnx.verify.verdict), "fixed" (atol/rtol) or "exact"
@@ -112,7 +115,7 @@ def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) ->
         nz = finite & (a != 0)  # zeros of the original are covered by atol
         row.max_rel = float((diff[nz] / np.abs(a[nz])).max()) if np.any(nz) else 0.0
         row.max_ulp = int(ulp_distance(ref[finite], got[finite]).max())
-    errstats.keep(row, diff[finite])
+    keep(row, diff[finite])
     row.passed = row.mismatched == 0
     if not row.passed:
         parts = [f"{row.mismatched} of {ref.size} elements outside atol={row.atol:g} + rtol={row.rtol:g}*|original|"]
@@ -144,3 +147,34 @@ def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[s
             rows.append(OutputParity(name=name, dtype=dtype_str(v), shape=list(v.shape), elements=int(v.size),
                                      message="output exists only in the fused model"))
     return rows
+
+
+_MAXIMA = ("max_abs", "max_rel", "max_ulp")
+_COUNTS = ("mismatched", "nonfinite_mismatched", "elements", "compared", "same_infinity")
+
+
+def keep(row: OutputParity, diff: np.ndarray) -> OutputParity:
+    """Attach a row's finite absolute errors (for a later merge) and their statistics."""
+    d = np.asarray(diff, np.float32).ravel()
+    row.__dict__["_abs"] = d  # not a dataclass field: never serialized
+    d64 = d.astype(np.float64)
+    row.mean_abs, row.median_abs, row.p99_abs = (float(d64.mean()), float(np.median(d64)),
+                                                 float(np.percentile(d64, 99))) if d.size else (None, None, None)
+    return row
+
+
+def merge(rows: Sequence[OutputParity]) -> OutputParity:
+    """One row for several iterations of the same tensor."""
+    if len(rows) == 1:
+        return rows[0]
+    out = copy.copy(rows[0])
+    for k in _MAXIMA:
+        setattr(out, k, max((getattr(r, k) for r in rows if getattr(r, k) is not None), default=None))
+    for k in _COUNTS:
+        setattr(out, k, sum(getattr(r, k) for r in rows))
+    keep(out, np.concatenate([r.__dict__.get("_abs", np.empty(0, np.float32)) for r in rows]))
+    out.passed = all(r.passed for r in rows)
+    failing = [(i, r) for i, r in enumerate(rows) if not r.passed]
+    out.message = "; ".join(f"iteration {i}: {r.message}" for i, r in failing[:3]) + (
+        f"; and {len(failing) - 3} more iterations" if len(failing) > 3 else "")
+    return out

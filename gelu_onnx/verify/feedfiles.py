@@ -159,10 +159,8 @@ def load_reference_outputs(path, model: onnx.ModelProto, *, allow_pickle: bool =
     for vi in model.graph.output:
         if vi.type.HasField("tensor_type"):
             tt = vi.type.tensor_type
-            dims = [(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)) for d in tt.shape.dim] \
-                if tt.HasField("shape") else None
             if tt.elem_type:
-                specs[vi.name] = (tt.elem_type, dims)
+                specs[vi.name] = (tt.elem_type, inputs.declared_dims(tt))
                 types[vi.name] = tt.elem_type
     runs = polyjson.read_run_results(path, what, _Expect(what, specs, None, []), allow_pickle, limit=1)
     runner, iterations = runs[0]

@@ -78,19 +78,18 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
         if not vi.type.HasField("tensor_type"):
             kind = vi.type.WhichOneof("value") or "unknown"
             raise UnsupportedError(f"input '{vi.name}' is a {kind}, not a tensor; the parity checker feeds tensors only")
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
+        dims = declared_dims(vi.type.tensor_type)
+        if dims is None:
             raise InputError(f"input '{vi.name}' declares no shape (not even its rank); pass the inputs with --inputs FILE.npz")
-        dims = []
-        for d in tt.shape.dim:
-            if d.HasField("dim_value"):
-                dims.append(int(d.dim_value))
-            elif d.HasField("dim_param") and d.dim_param:
-                dims.append(d.dim_param)
-            else:
-                dims.append(None)
-        specs.append(InputSpec(vi.name, tt.elem_type, dims))
+        specs.append(InputSpec(vi.name, vi.type.tensor_type.elem_type, dims))
     return specs
+
+
+def declared_dims(tt) -> list | None:
+    """A tensor type's dims: int (fixed), str (named) or None (unknown); None when it declares no shape."""
+    if not tt.HasField("shape"):
+        return None
+    return [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
 
 
 def _graphs(nodes):

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from . import comparator as cmp
-from . import errstats, feedfiles, localize, pairing, reference, runners, verdict
+from . import feedfiles, localize, pairing, reference, runners, verdict
 from .inputs import DIM_DEFAULT, check_feeds, describe_inputs, input_specs, make_inputs
 from .. import contract
 from ..cliout import json_safe
@@ -267,16 +267,16 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     every_fixed = set(contract.PARITY_TOLERANCE) <= set(tolerances or {})  # --rtol/--atol for all dtypes
     if reference_outputs is None and o_model is not None and not every_fixed:
         with step("run the precise reference"):
-            precise = reference.build(o_model, lambda m: runners.Remembering(runners.runner(
-                m, "cpu", use, "disable", label="reference", libraries=libs, lean=True)), feeds_its[0])
+            precise = reference.build(o_model, lambda m: runners.runner(
+                m, "cpu", use, "disable", label="reference", libraries=libs, lean=True), feeds_its[0])
             notes += precise.notes
             warnings += precise.warnings
             if precise.runner is not None:
-                for feeds in feeds_its:
-                    mo, go = localize.split(precise.run(feeds), sites, model_outputs)
+                for i, feeds in enumerate(feeds_its):
+                    mo, go = localize.split(precise.run(feeds) if i else precise.first, sites, model_outputs)
                     precise_its.append(mo)
                     precise_gelus.append(go)
-            precise.runner = None  # released before the fused sessions are built
+            precise.runner = precise.first = None  # released before the fused sessions are built
             gc.collect()
     if precise is not None and not precise_its:
         precise = None  # nothing ran: fixed bounds (a note says why)
@@ -303,7 +303,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                 if sites:
                     judged.tally(gelu_tallies, precise_gelus[i], ref_gelus[i], go)
         del outs
-        rows = [errstats.merge([it[j] for it in per_out]) for j in range(len(per_out[0]))]
+        rows = [cmp.merge([it[j] for it in per_out]) for j in range(len(per_out[0]))]
         if judged is not None:
             rows = [judged.apply(r, tallies) for r in rows]
         rows = [verdict.certify(r) for r in rows]
@@ -311,7 +311,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         if sites:
             by_name = [{r.name: r for r in it} for it in per_gelu]
             for s in sites:
-                row = errstats.merge([b[s.tensor] for b in by_name]) if s.in_fused else None
+                row = cmp.merge([b[s.tensor] for b in by_name]) if s.in_fused else None
                 if row is not None and judged is not None:
                     row = judged.apply(row, gelu_tallies)
                 if row is not None:

@@ -41,6 +41,7 @@ class Reference:
     notes: list[str] = field(default_factory=list)
     feed_dtype: np.dtype | None = None  # float feeds are cast to it
     warnings: list[str] = field(default_factory=list)  # the original itself is the reference
+    first: dict | None = None  # the outputs of the trial run on the first feeds (the check's first iteration)
 
     @property
     def label(self) -> str:
@@ -228,7 +229,7 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
             m = retyped_lean(loaded.model, to, loaded.base_dir, plan)
             ref = Reference(beside(m), _NAMES[to], plan.labels(loaded.model), notes,
                             np.dtype(np.float64 if to == TensorProto.DOUBLE else np.float32))
-            ref.run(feeds)  # a kernel may be missing only at run time
+            ref.first = ref.run(feeds)  # a kernel may be missing only at run time
             notes += plan.notes
             return ref
         except Exception as e:  # noqa: BLE001 - any failure: the next, less precise reference
@@ -241,7 +242,7 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
             "rounding alone, and the report cannot say which model is the more accurate (docs/verdict.md)")
     try:
         ref = Reference(make_runner(loaded), "original", [], notes, warnings=[loud])
-        ref.run(feeds)
+        ref.first = ref.run(feeds)
         return ref
     except (InputError, UnsupportedError) as e:
         notes.append(f"the original does not run without graph optimizations ({why(e)}): "

@@ -270,26 +270,6 @@ def run_all(model, provider: str, feeds_its, *, use: bool, opt_level: str, tf32:
     return outs, times
 
 
-class Remembering:
-    """A runner that answers a run on the same feeds as its last one from
-    memory: reference.build tries the reference on the first iteration's
-    feeds, which the check then runs (BERT-base in float64: 3 s saved)."""
-
-    def __init__(self, runner):
-        self.runner, self.input_names, self.last = runner, runner.input_names, None
-
-    def run(self, feeds):
-        if self.last is not None and self.last[0].keys() == feeds.keys() and all(
-                self.last[0][k].dtype == v.dtype and np.array_equal(self.last[0][k], v) for k, v in feeds.items()):
-            return self.last[1]
-        out = self.runner.run(feeds)
-        self.last = ({k: np.array(v) for k, v in feeds.items()}, out)
-        return out
-
-    def __getattr__(self, name):  # the rest is the runner's (kernel_coverage reads its session's types)
-        return getattr(self.runner, name)
-
-
 def run(model, feeds, provider="cpu", use_library=None, opt_level="all", label="model") -> dict[str, np.ndarray]:
     """Run ``model`` (path or ModelProto) once on ``feeds`` with a real runtime.
 
