@@ -21,10 +21,10 @@ import onnx
 import onnxruntime as ort
 
 from . import comparator as cmp
-from . import feedfiles, runners
-from .inputs import describe_inputs, make_inputs
+from . import runners
+from .inputs import describe_inputs
 from .pairing import interface_differences, shape_dims
-from .parity_check import Steps
+from .parity_check import Steps, feeds_for
 from .. import __version__
 from ..cliout import json_safe
 from ..contract import BENCH_DIM_DEFAULT
@@ -187,11 +187,9 @@ def bench(original, fused=None, *, target: str = DEFAULT_TARGET, opt_levels=DEFA
                              f"fused model: {'; '.join(diffs)}")
     if input_shapes:
         dims = shape_dims(po, input_shapes, dims)
-    if inputs is None:
-        feeds, src = make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
-    else:
-        feeds, src = feedfiles.load_npz(inputs, po, allow_pickle), \
-            f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
+    its, src, _ = feeds_for(lo, None, inputs=inputs, iterations=None, seed=seed, dims=dims, dim_default=dim_default,
+                            scale=1.0, allow_pickle=allow_pickle)
+    feeds = its[0]  # a Polygraphy inputs file: its first iteration
     use = runners.resolve_library(use_library)
     libs = runners.custom_op_libraries(custom_op_libraries)
 

@@ -104,8 +104,8 @@ class Steps:
         self.progress(step, time.perf_counter() - t0)
 
 
-def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default, scale, allow_pickle):
-    """(feeds per iteration, source, seed or None)."""
+def feeds_for(original, fused_model, *, inputs, iterations, seed, dims, dim_default, scale, allow_pickle):
+    """(feeds per iteration, their source as the report says it, the seed or None): random, given or from a file."""
     model = original.model if original is not None else fused_model
     if inputs is None:
         n = iterations or 1
@@ -208,7 +208,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                                                                if isinstance(x, (str, os.PathLike))])
     if input_shapes:
         dims = pairing.shape_dims((lo or lf).model, input_shapes, dims)
-    feeds_its, source, seed = _feeds(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
+    feeds_its, source, seed = feeds_for(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
     problems, notes, warnings = [], check_feeds(feeds_its), []
     gone = pairing.custom_ops_gone(lf.model)
