@@ -289,34 +289,15 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     for p in providers:
         with step(f"run the fused model on {p}"):
             outs, times = runners.run_all(f_model, p, feeds_its, opt_level=opt_level, label="fused", **run_opts)
-        per_out, per_gelu, kept = [], [], []
-        tallies: dict[str, verdict.Tally] = {}
-        gelu_tallies: dict[str, verdict.Tally] = {}  # a GELU tensor may be an output too
-        for i, out in enumerate(outs):
-            mo, go = localize.split(out, sites, fused_outputs)
-            kept.append(mo)
-            per_out.append(cmp.compare(ref_its[i], mo, tolerances, output_tolerances))
-            if sites:
-                per_gelu.append(cmp.compare(ref_gelus[i], go, tolerances, output_tolerances))
-            if judged is not None:
-                judged.tally(tallies, precise_its[i], ref_its[i], mo)
-                if sites:
-                    judged.tally(gelu_tallies, precise_gelus[i], ref_gelus[i], go)
+        split = [localize.split(out, sites, fused_outputs) for out in outs]
         del outs
-        rows = [cmp.merge([it[j] for it in per_out]) for j in range(len(per_out[0]))]
-        if judged is not None:
-            rows = [judged.apply(r, tallies) for r in rows]
-        rows = [verdict.certify(r) for r in rows]
+        kept = [mo for mo, _ in split]
+        rows = _rows(ref_its, kept, precise_its, judged, tolerances, output_tolerances)
         fusions = []
-        if sites:
-            by_name = [{r.name: r for r in it} for it in per_gelu]
-            for s in sites:
-                row = cmp.merge([b[s.tensor] for b in by_name]) if s.in_fused else None
-                if row is not None and judged is not None:
-                    row = judged.apply(row, gelu_tallies)
-                if row is not None:
-                    row = verdict.certify(row)
-                fusions.append(localize.fusion_record(s, row))
+        if sites:  # a GELU tensor may be an output too: its own rows
+            by_name = {r.name: r for r in _rows(ref_gelus, [go for _, go in split], precise_gelus, judged, tolerances,
+                                                output_tolerances)}
+            fusions = [localize.fusion_record(s, by_name[s.tensor] if s.in_fused else None) for s in sites]
         first = next((f["tensor"] for f in fusions if not f["pass"]), None)
         ok = not problems and all(r.passed for r in rows) and first is None
         runs.append(ProviderRun(p, ok, rows, fusions, first))
@@ -343,6 +324,19 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         tf32=tf32 if "cuda" in providers + [reference_provider] else None,
         fusions=runs[0].fusions, first_failure=runs[0].first_failure, localize=mode or None,
         custom_op_libraries=[str(x) for x in libs], problems=problems, notes=notes, warnings=warnings)
+
+
+def _rows(refs, gots, precise, judged, tolerances, output_tolerances) -> list[cmp.OutputParity]:
+    """One row per tensor over every iteration (``refs``, ``gots``, ``precise``: per iteration {name: array}),
+    judged by the verdict (``judged``) or its fixed bound, then certified."""
+    per_it = [cmp.compare(r, g, tolerances, output_tolerances) for r, g in zip(refs, gots)]
+    rows = [cmp.merge([it[j] for it in per_it]) for j in range(len(per_it[0]))]
+    if judged is not None:
+        tallies: dict[str, verdict.Tally] = {}
+        for p, r, g in zip(precise, refs, gots):
+            judged.tally(tallies, p, r, g)
+        rows = [judged.apply(r, tallies) for r in rows]
+    return [verdict.certify(r) for r in rows]
 
 
 def _golden(reference_outputs, fused_model, n_its: int, allow_pickle: bool, notes: list[str]):
