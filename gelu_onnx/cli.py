@@ -19,7 +19,7 @@ import warnings
 
 from . import __version__, interrupts, memlimit, streams
 from .buildinfo import ORT_HINT, build_info, describe
-from .cliout import emit_json, one_line
+from .cliout import collapse_whitespace, emit_json
 from .contract import BENCH_DIM_DEFAULT, DIM_DEFAULT, LOCALIZE_MODES, OPT_LEVELS, PARITY_TOLERANCE, PROVIDERS
 from .errors import GeluOnnxError
 from .fusion import targets
@@ -195,7 +195,7 @@ class _Parser(argparse.ArgumentParser):
     """A usage error is one line too (the usage itself: --help)."""
 
     def error(self, message):
-        self.exit(2, f"gelu-onnx: error: {one_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"gelu-onnx: error: {collapse_whitespace(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -349,7 +349,7 @@ def _run(args, debug: bool) -> int:
     except GeluOnnxError as e:
         if debug:
             raise
-        code, detail = e.exit_code, one_line(e.message)
+        code, detail = e.exit_code, collapse_whitespace(e.message)
         msg = f"gelu-onnx: error: {detail}"
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", None)
@@ -364,7 +364,7 @@ def _run(args, debug: bool) -> int:
             msg = f"gelu-onnx: error: {detail}"
         else:
             code = EXIT_INTERNAL
-            detail = f"internal error: {type(e).__name__}: {one_line(e)}"
+            detail = f"internal error: {type(e).__name__}: {collapse_whitespace(e)}"
             msg = f"gelu-onnx: {detail} (please report; GELU_ONNX_DEBUG=1 shows the traceback)"
     if getattr(args, "json", False):
         print(json.dumps({"ok": False, "error": detail, "exit_code": code}))

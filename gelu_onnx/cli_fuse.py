@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 
-from .cliout import emit_json, one_line
+from .cliout import collapse_whitespace, emit_json
 from .texttable import plural, table
 from .errors import InputError
 from .files import fuse_file, inspect_file
@@ -119,7 +119,8 @@ def created_folders(output: str):
         pass
     except OSError as e:
         cleanup([], made)
-        raise InputError(f"{one_line(output)}: cannot create its folder {one_line(e.filename or output)} "
+        raise InputError(f"{collapse_whitespace(output)}: cannot create its folder "
+                         f"{collapse_whitespace(e.filename or output)} "
                          f"({e.strerror or e})") from None
     try:
         yield
