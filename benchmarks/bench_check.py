@@ -50,6 +50,7 @@ SEED = 0
 def export(model_name: str, path: Path) -> None:
     import torch
     import transformers as T
+    from models.export_models import Positional
     from models.params import randomize_params
 
     torch.manual_seed(SEED)
@@ -58,16 +59,8 @@ def export(model_name: str, path: Path) -> None:
     ids = torch.randint(0, 30522, (1, 16))
     args = (ids, torch.ones_like(ids), torch.zeros_like(ids))
 
-    class Positional(torch.nn.Module):  # keyword call, first output (last_hidden_state)
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, *a):
-            return self.m(**dict(zip(NAMES, a)), return_dict=False)[0]
-
-    with torch.no_grad():
-        torch.onnx.export(Positional().eval(), args, str(path), dynamo=False, opset_version=17,
+    with torch.no_grad():  # one output: last_hidden_state (no pooler)
+        torch.onnx.export(Positional(model, NAMES).eval(), args, str(path), dynamo=False, opset_version=17,
                           input_names=list(NAMES), output_names=["last_hidden_state"],
                           dynamic_axes={n: {0: "batch", 1: "sequence"} for n in NAMES})
 

@@ -1,5 +1,6 @@
-"""Start-up: `gelu-onnx fuse` of a tiny model, this checkout against another
-(the budget docs/design.md states instead of a cap on imported modules).
+"""Start-up: `gelu-onnx fuse` of a tiny model and `gelu-onnx --help`, this
+checkout against another (the budget docs/design.md states instead of a cap
+on imported modules).
 
   python benchmarks/make_models.py --out /tmp/gelu-bench --only synth --synth 1
   python benchmarks/bench_startup.py --model /tmp/gelu-bench/synth-1.onnx --before /path/to/older/checkout \\
@@ -31,9 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LINE = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \|\s+gelu_onnx\S*$", re.M)
 
 
-def run(model: str, out: str, tree: str | None) -> tuple[float, float]:
-    """(child CPU s, package import self ms) of one `fuse` of ``model``."""
-    code = (f"import sys, runpy; sys.argv = ['gelu-onnx', 'fuse', {model!r}, '-o', {out!r}]\n"
+def run(argv: list[str], tree: str | None) -> tuple[float, float]:
+    """(child CPU s, package import self ms) of one `gelu-onnx ARGV`."""
+    code = (f"import sys, runpy; sys.argv = ['gelu-onnx', *{argv!r}]\n"
             "try:\n    runpy.run_module('gelu_onnx', run_name='__main__')\nexcept SystemExit:\n    pass\n")
     cmd = [sys.executable, "-X", "importtime", "-c", code]
     if tree is not None:
@@ -56,22 +57,25 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     for tree in (ROOT, Path(a.before)):
         compileall.compile_dir(str(tree / "gelu_onnx"), quiet=1)
-    res: dict[str, list] = {"this checkout": [], "before": []}
+    res: dict[tuple[str, str], list] = {}
     with tempfile.TemporaryDirectory(prefix="gelu-startup-") as d:
-        out = os.path.join(d, "out.onnx")
+        commands = {f"fuse {Path(a.model).name}": ["fuse", a.model, "-o", os.path.join(d, "out.onnx")],
+                    "--help": ["--help"]}
         for i in range(a.runs + 1):  # a warm-up round first
             pair = [("this checkout", None), ("before", a.before)]
-            for name, tree in pair if i % 2 else pair[::-1]:
-                got = run(a.model, out, tree)
-                if i:
-                    res[name].append(got)
+            for command, argv in commands.items():
+                for name, tree in pair if i % 2 else pair[::-1]:
+                    got = run(argv, tree)
+                    if i:
+                        res.setdefault((command, name), []).append(got)
     load = os.getloadavg()[0]
-    rows = ["| checkout | CPU s min | CPU s median | package import self ms min | median |", "|---|---:|---:|---:|---:|"]
-    for name, v in res.items():
+    rows = ["| command | checkout | CPU s min | CPU s median | package import self ms min | median |",
+            "|---|---|---:|---:|---:|---:|"]
+    for (command, name), v in res.items():
         cpu, imp = [x[0] for x in v], [x[1] for x in v]
-        rows.append(f"| {name} | {min(cpu):.3f} | {statistics.median(cpu):.3f} | {min(imp):.1f} | "
+        rows.append(f"| `{command}` | {name} | {min(cpu):.3f} | {statistics.median(cpu):.3f} | {min(imp):.1f} | "
                     f"{statistics.median(imp):.1f} |")
-    text = "\n".join([f"# Start-up: `gelu-onnx fuse {Path(a.model).name}`", "",
+    text = "\n".join([f"# Start-up: `gelu-onnx fuse {Path(a.model).name}` and `gelu-onnx --help`", "",
                       f"`python benchmarks/bench_startup.py --runs {a.runs}` against `--before` "
                       f"(the older checkout); {a.runs} interleaved runs each; 1-minute load average after: "
                       f"{load:.1f} (2 = both cores busy).", "", *rows, "", *a.note]) + "\n"

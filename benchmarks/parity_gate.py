@@ -75,19 +75,11 @@ def build(name: str, dtype: str):
 
 def export(name: str, dtype: str, exporter: str, path: Path) -> None:
     import torch
+    from models.export_models import Positional
 
     model, args, axes = build(name, dtype)
     names = list(args)
-
-    class Positional(torch.nn.Module):  # keyword call, first output (last_hidden_state)
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, *a):
-            return self.m(**dict(zip(names, a)), return_dict=False)[0]
-
-    wrapper = Positional().eval()
+    wrapper = Positional(model, names).eval()  # one output: last_hidden_state (no pooler)
     with torch.no_grad():
         if exporter == "torchscript":
             torch.onnx.export(wrapper, tuple(args.values()), str(path), dynamo=False, opset_version=OPSET[exporter],

@@ -3,23 +3,23 @@ script). The signal handlers come before the heavy imports (numpy, onnx,
 onnxruntime: half a second), which run with signals deferred to their end: a
 Ctrl-C or SIGTERM then is one line and exit 128 + n, never a traceback nor
 an ImportError from an interrupted C extension."""
+import ctypes
 import os
 import sys
 
 from . import memlimit
 from .interrupts import preload, unwinding
-from .ortlib import runtime_env
 from .streams import reopen_closed
 
 # what every command imports; --help / --version need the parser only, and
-# fuse / inspect no runtime (and not the parity checker)
+# fuse / inspect no runtime (and not the parity checker). gelu_onnx.ortlib,
+# which turns ONNX Runtime's telemetry off, comes in before onnxruntime.
 _COMMAND_MODULES = ("gelu_onnx.cli", "gelu_onnx.files", "gelu_onnx.verify", "onnxruntime")
 _FILE_COMMANDS = ("fuse", "inspect")
 
 
 def main() -> int:
     reopen_closed()  # before anything is opened
-    runtime_env()  # before onnxruntime is imported: no telemetry files, no warning about them
     if memlimit.limit() is not None:
         # OpenBLAS (numpy's) maps a buffer per thread at import, and when one
         # fails it exits the process itself (status 1, "parity failed"):
@@ -35,7 +35,7 @@ def main() -> int:
             if files_only:
                 _reuse_freed_memory()
             preload(_COMMAND_MODULES[:1] if quick else _COMMAND_MODULES[:2] if files_only else _COMMAND_MODULES)
-            from .cli import main as cli_main
+            from .cli import main as cli_main  # after the signal handlers, with the modules preloaded
 
             return cli_main()
         except (MemoryError, ImportError) as e:  # the imports, under a tight ulimit -v
@@ -65,8 +65,6 @@ def _reuse_freed_memory() -> None:
     and without mmaps, reuses freed blocks; the command ends soon after. The
     library leaves a host process's malloc alone; elsewhere (musl, macOS) no
     ``mallopt``, nothing changes. benchmarks/results/deep_exports.md."""
-    import ctypes
-
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

@@ -12,7 +12,9 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+from . import __version__, ortlib
 from .libs import reinstall_command
+from .onnxio import wire
 
 # Distributions that each ship the `onnxruntime` module: two of them in one
 # environment overwrite each other's files (the CPU one hides CUDA).
@@ -65,8 +67,6 @@ def _fix(missing: str, reinstall: str) -> str:
 
 
 def _native() -> dict:
-    from . import ortlib
-
     lib = ortlib.library_path(required=False)
     folder = lib.parent if lib is not None else Path(__file__).resolve().parent / "_lib"
     info_file = folder / "build_info.json"
@@ -78,8 +78,6 @@ def _native() -> dict:
     built["ort_library_path"] = str(lib) if lib is not None else None
     trt = folder / "libgelu_onnx_trt.so"
     built["tensorrt_plugin_path"] = str(trt) if trt.is_file() else None
-    from .onnxio import wire
-
     built["scanner"] = wire.built()
     return built
 
@@ -89,8 +87,7 @@ def _runtime() -> dict:
     if not out["onnxruntime_flavours"]:
         return out
     try:
-        import onnxruntime as ort
-
+        ort = ortlib.runtime()
         out["onnxruntime"] = ort.__version__
         out["providers"] = list(ort.get_available_providers())
     except Exception as e:  # noqa: BLE001 - a broken install is reported, not raised
@@ -100,9 +97,6 @@ def _runtime() -> dict:
 
 def build_info() -> dict:
     """Versions, what was built, what the machine offers, and what is missing."""
-    from .onnxio.wire import LIBRARY
-    from . import __version__
-
     info = {"gelu_onnx": __version__, "onnx": _version("onnx"), "numpy": _version("numpy")}
     info["build"] = _native()
     info.update(_runtime())
@@ -113,7 +107,7 @@ def build_info() -> dict:
     if not info["onnxruntime_flavours"]:
         warnings.append(f"no onnxruntime is installed: fuse and inspect work; check and bench need one ({ORT_HINT})")
     if not info["build"]["scanner"]:
-        warnings.append(f"the native model scanner ({LIBRARY}) is not built or does not load: fuse and "
+        warnings.append(f"the native model scanner ({wire.LIBRARY}) is not built or does not load: fuse and "
                         f"inspect cannot run without it (reinstall: {reinstall_command()})")
     if info["build"].get("ort_library_path") is None:
         warnings.append("the ONNX Runtime custom-op library is not available: fused models run through their "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import importlib
 import json
 import math
 import os
@@ -17,7 +18,9 @@ import sys
 import warnings
 
 from . import __version__, interrupts, memlimit, streams
-from .cliout import dims, emit_json, one_line
+from .buildinfo import ORT_HINT, build_info, describe
+from .cliout import collapse_whitespace, emit_json
+from .contract import BENCH_DIM_DEFAULT, DIM_DEFAULT, LOCALIZE_MODES, OPT_LEVELS, PARITY_TOLERANCE, PROVIDERS
 from .errors import GeluOnnxError
 from .fusion import targets
 
@@ -47,37 +50,41 @@ def _escape(err: UnicodeError):
 codecs.register_error(ESCAPE, _escape)
 
 
+def _require(ok, message: str) -> None:
+    """argparse's one-line refusal of an argument, unless ``ok``."""
+    if not ok:
+        raise argparse.ArgumentTypeError(message)
+
+
+def _parsed(conv, text: str, message: str):
+    """``conv(text)``, or argparse's refusal with ``message``."""
+    try:
+        return conv(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(message) from None
+
+
 def dim_arg(s: str):
     name, sep, val = s.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got '{s}'")
-    try:
-        v = int(val)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}': VALUE must be an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"'{s}': VALUE must be >= 0")
+    _require(sep and name, f"expected NAME=VALUE, got '{s}'")
+    v = _parsed(int, val, f"'{s}': VALUE must be an integer")
+    _require(v >= 0, f"'{s}': VALUE must be >= 0")
     return name, v
 
 
 def tol_arg(s: str):
     """VALUE (every float dtype), DTYPE=VALUE, or NAME:VALUE (one output or
     tensor, Polygraphy's spelling): ("dtype", DTYPE or None, v) / ("name", NAME, v)."""
-    from .contract import PARITY_TOLERANCE
-
     name, colon, nval = s.rpartition(":")
     dtype, sep, val = s.rpartition("=")
     kind, key = "dtype", (dtype or None)
     if colon and name and not sep:
         kind, key, val = "name", name, nval
-    elif sep and dtype not in PARITY_TOLERANCE:
-        raise argparse.ArgumentTypeError(f"'{dtype}' is not a float dtype (use one of {', '.join(PARITY_TOLERANCE)})")
-    try:
-        v = float(val)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected VALUE, DTYPE=VALUE or NAME:VALUE, got '{s}'") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"'{s}': tolerance must be a finite number >= 0")
+    else:
+        _require(not sep or dtype in PARITY_TOLERANCE,
+                 f"'{dtype}' is not a float dtype (use one of {', '.join(PARITY_TOLERANCE)})")
+    v = _parsed(float, val, f"expected VALUE, DTYPE=VALUE or NAME:VALUE, got '{s}'")
+    _require(0 <= v < float("inf"), f"'{s}': tolerance must be a finite number >= 0")
     return kind, key, v
 
 
@@ -87,9 +94,7 @@ class LocalizeAction(argparse.Action):
     leaves the path it swallowed to the models."""
 
     def __call__(self, parser, namespace, value, option_string=None):
-        from .verify.localize import MODES  # verify loads with the check command, not the parser
-
-        if value is None or value in MODES:
+        if value is None or value in LOCALIZE_MODES:
             namespace.localize = value or "gelus"
             return
         namespace.localize = "gelus"
@@ -103,14 +108,11 @@ def shape_arg(s: str):
     """NAME:[D0,D1,...] (Polygraphy's --input-shapes)."""
     name, sep, dims_s = s.rpartition(":")
     body = dims_s.strip()
-    if not sep or not name or not (body.startswith("[") and body.endswith("]")):
-        raise argparse.ArgumentTypeError(f"expected NAME:[D0,D1,...] (e.g. input_ids:[1,128]), got '{s}'")
-    try:
-        dims = [int(d) for d in body[1:-1].split(",") if d.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}': dimensions must be integers") from None
-    if any(d < 0 for d in dims):
-        raise argparse.ArgumentTypeError(f"'{s}': dimensions must be >= 0")
+    _require(sep and name and body.startswith("[") and body.endswith("]"),
+             f"expected NAME:[D0,D1,...] (e.g. input_ids:[1,128]), got '{s}'")
+    dims = _parsed(lambda b: [int(d) for d in b.split(",") if d.strip()], body[1:-1],
+                   f"'{s}': dimensions must be integers")
+    _require(all(d >= 0 for d in dims), f"'{s}': dimensions must be >= 0")
     return name, dims
 
 
@@ -118,37 +120,24 @@ def tol_by_name(s: str):
     """NAME:RTOL,ATOL (one output or GELU tensor)."""
     name, sep, vals = s.rpartition(":")
     parts = vals.split(",")
-    if not sep or not name or len(parts) != 2:
-        raise argparse.ArgumentTypeError(f"expected NAME:RTOL,ATOL, got '{s}'")
-    try:
-        rtol, atol = float(parts[0]), float(parts[1])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}': RTOL and ATOL must be numbers") from None
-    if not (0 <= rtol < float("inf") and 0 <= atol < float("inf")):
-        raise argparse.ArgumentTypeError(f"'{s}': tolerances must be finite numbers >= 0")
+    _require(sep and name and len(parts) == 2, f"expected NAME:RTOL,ATOL, got '{s}'")
+    rtol, atol = _parsed(lambda p: [float(x) for x in p], parts, f"'{s}': RTOL and ATOL must be numbers")
+    _require(0 <= rtol < float("inf") and 0 <= atol < float("inf"), f"'{s}': tolerances must be finite numbers >= 0")
     return name, {"rtol": rtol, "atol": atol}
 
 
 def providers_arg(s: str) -> list[str]:
-    from .contract import PROVIDERS
-
     ps = [p.strip() for p in s.split(",") if p.strip()]
-    bad = [p for p in ps if p not in PROVIDERS]
-    if not ps or bad:
-        raise argparse.ArgumentTypeError(f"'{s}': choose a comma-separated list from {', '.join(PROVIDERS)}")
+    _require(ps and all(p in PROVIDERS for p in ps), f"'{s}': choose a comma-separated list from {', '.join(PROVIDERS)}")
     return ps
 
 
 def _int_at_least(low: int, high: int | None = None):
     """An argparse type: an integer >= low (and <= high)."""
     def parse(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got '{s}'") from None
-        if v < low or (high is not None and v > high):
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}" + (f" and <= {high}" if high else "")
-                                             + f", got {v}")
+        v = _parsed(int, s, f"expected an integer, got '{s}'")
+        _require(low <= v and (high is None or v <= high),
+                 f"expected an integer >= {low}" + (f" and <= {high}" if high else "") + f", got {v}")
         return v
     return parse
 
@@ -160,12 +149,8 @@ thread_count = _int_at_least(1, 1024)
 
 def finite_float(s: str) -> float:
     """An argparse type: a finite number (nan and inf would make every feed nan)."""
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got '{s}'") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got '{s}'")
+    v = _parsed(float, s, f"expected a number, got '{s}'")
+    _require(math.isfinite(v), f"expected a finite number, got '{s}'")
     return v
 
 
@@ -203,33 +188,6 @@ def output_args() -> argparse.ArgumentParser:
     return p
 
 
-# --- commands ----------------------------------------------------------------------
-
-
-def cmd_fuse(args) -> int:
-    from .cli_fuse import cmd_fuse as fuse  # imports this module: a cycle at import time
-
-    return fuse(args)
-
-
-def cmd_inspect(args) -> int:
-    from .cli_fuse import cmd_inspect as inspect
-
-    return inspect(args)
-
-
-def cmd_check(args) -> int:
-    from .cli_check import cmd_check as check  # its report: imported by this command only
-
-    return check(args)
-
-
-def cmd_bench(args) -> int:
-    from .cli_bench import cmd_bench as bench  # its report: imported by this command only
-
-    return bench(args)
-
-
 # --- parser ------------------------------------------------------------------------
 
 
@@ -237,12 +195,10 @@ class _Parser(argparse.ArgumentParser):
     """A usage error is one line too (the usage itself: --help)."""
 
     def error(self, message):
-        self.exit(2, f"gelu-onnx: error: {one_line(message)} (see {self.prog} --help)\n")
+        self.exit(2, f"gelu-onnx: error: {collapse_whitespace(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .contract import BENCH_DIM_DEFAULT, DIM_DEFAULT, OPT_LEVELS, PROVIDERS
-
     ap = _Parser(
         prog="gelu-onnx",
         description="Fuse every GELU spelling in an ONNX graph into one op, and prove the result matches.",
@@ -260,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=targets.TARGETS, default=targets.DEFAULT, help=targets.describe())
     p.add_argument("--overwrite-input", action="store_true", help="allow OUT.onnx to be IN.onnx")
     p.add_argument("--json", action="store_true", help="print fusions, near-misses and notes as JSON on stdout")
-    p.set_defaults(func=cmd_fuse)
+    p.set_defaults(func=("cli_fuse", "cmd_fuse"))
 
     p = sub.add_parser("inspect", parents=common, help="list every GELU and every near-miss (nothing is written)",
                        description="List every GELU found (graph, root tensor, form, bias, dtype) and every "
@@ -270,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show what fuse --target would do: the op each GELU becomes, and the GELUs that target "
                         f"cannot express (near-misses); default: {targets.DEFAULT}, without the op column")
     p.add_argument("--json", action="store_true", help="print the findings as JSON on stdout")
-    p.set_defaults(func=cmd_inspect)
+    p.set_defaults(func=("cli_fuse", "cmd_inspect"))
 
     p = sub.add_parser("check", parents=common, help="parity: run original and fused on the same inputs, compare outputs",
                        description="Run ORIGINAL and FUSED on the same inputs and compare every output. A float "
@@ -308,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "every iteration; else .npz), for re-running with --inputs")
     p.add_argument("--save-outputs", metavar="FILE.json",
                    help="write the reference's and the fused model's outputs as Polygraphy RunResults JSON")
-    p.set_defaults(func=cmd_check)
+    p.set_defaults(func=("cli_check", "cmd_check"))
 
     p = sub.add_parser("bench", parents=common, help="time original vs fused in ONNX Runtime",
                        description="Time ORIGINAL and FUSED side by side in one process at each ONNX Runtime "
@@ -327,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, default=20.0, metavar="S",
                    help="stop warmup and timing once S seconds have passed, all levels together, after at least 3 "
                         "timed runs of each session (default 20; 0: every --warmup and --repeats run)")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=("cli_bench", "cmd_bench"))
 
     p = sub.add_parser("info", parents=common, help="what this build contains and what the machine offers",
                        description="Versions, which native parts were built (ONNX Runtime library, CUDA kernels "
@@ -339,8 +295,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_info(args) -> int:
-    from .buildinfo import build_info, describe
-
     info = build_info()
     if args.json:
         emit_json(info)
@@ -372,10 +326,21 @@ def main(argv=None) -> int:
         sys.stdout, sys.stderr = out.stream, err.stream
 
 
+def _command(func):
+    """A command's function: cmd_info here; the others (module, name) in the
+    module that prints their report, imported for that command only (the
+    parity checker and the runtime are not a fuse's imports: docs/design.md,
+    "Dependencies and start-up"), with signals deferred as __main__ does."""
+    if callable(func):
+        return func
+    with interrupts.critical():
+        return getattr(importlib.import_module(f"{__package__}.{func[0]}"), func[1])
+
+
 def _run(args, debug: bool) -> int:
     try:
         try:
-            return args.func(args)
+            return _command(args.func)(args)
         except Exception as e:  # an allocation failure, however it surfaced, is named as such (exit 3)
             if debug or not memlimit.allocation_failed(e):
                 raise
@@ -384,7 +349,7 @@ def _run(args, debug: bool) -> int:
     except GeluOnnxError as e:
         if debug:
             raise
-        code, detail = e.exit_code, one_line(e.message)
+        code, detail = e.exit_code, collapse_whitespace(e.message)
         msg = f"gelu-onnx: error: {detail}"
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", None)
@@ -395,13 +360,11 @@ def _run(args, debug: bool) -> int:
         if debug:
             raise
         if isinstance(e, ModuleNotFoundError) and e.name == "onnxruntime":  # it is an optional dependency
-            from .buildinfo import ORT_HINT  # out of a fuse's imports (docs/design.md)
-
             code, detail = 3, f"onnxruntime is not installed; this command runs models: {ORT_HINT}"
             msg = f"gelu-onnx: error: {detail}"
         else:
             code = EXIT_INTERNAL
-            detail = f"internal error: {type(e).__name__}: {one_line(e)}"
+            detail = f"internal error: {type(e).__name__}: {collapse_whitespace(e)}"
             msg = f"gelu-onnx: {detail} (please report; GELU_ONNX_DEBUG=1 shows the traceback)"
     if getattr(args, "json", False):
         print(json.dumps({"ok": False, "error": detail, "exit_code": code}))

@@ -9,11 +9,10 @@ from .cliout import dims, emit_json
 from .cli_check import progress
 from .files import require_file
 from .texttable import plural, table
+from .verify import bench
 
 
 def cmd_bench(args) -> int:
-    from .verify import bench
-
     require_file(args.original)
     if args.fused:
         require_file(args.fused)

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import sys
 
-from .files import require_file
+from tqdm import tqdm
+
 from .cliout import dims, emit_json
+from .contract import PARITY_TOLERANCE
 from .errors import InputError
+from .files import require_file
+from .verify import checktext, parity_check
 
 
 def cmd_check(args) -> int:
-    from .verify import checktext, parity_check
-
     models = getattr(args, "models_before", []) + list(args.models)
     if len(models) > 2:
         raise InputError(f"check takes ORIGINAL.onnx FUSED.onnx (or FUSED.onnx with --reference-outputs), got {len(models)} files")
     if len(models) == 1 and args.reference_outputs is None:
         raise InputError("check needs ORIGINAL.onnx FUSED.onnx, or FUSED.onnx with --reference-outputs golden.json")
     original, fused = (None, models[0]) if len(models) == 1 else models
-    for path in [m for m in models] + [x for x in (args.inputs, args.reference_outputs) if x is not None]:
+    for path in models + [x for x in (args.inputs, args.reference_outputs) if x is not None]:
         require_file(path)
     rtol_atol, by_name = tolerances(args)
     with progress(args, "check") as step:
@@ -46,8 +48,6 @@ def cmd_check(args) -> int:
 
 def _verdict(rep) -> int:
     """Exit 0, or 1 with one stderr line (every failing exit has one)."""
-    from .verify import checktext
-
     if rep.ok:
         return 0
     tail = checktext.summary(rep)
@@ -69,8 +69,6 @@ class progress:
         self.verbose = getattr(args, "verbose", False)
         self.bar = None
         if not self.verbose and not getattr(args, "quiet", False) and sys.stderr.isatty():
-            from tqdm import tqdm
-
             self.bar = tqdm(desc=command, unit="step", file=sys.stderr, leave=False,
                             bar_format="{desc} [{elapsed}]")
 
@@ -92,8 +90,6 @@ class progress:
 def tolerances(args) -> tuple[dict, dict]:
     """({dtype: {rtol, atol}}, {output name: {rtol, atol}}) from --rtol/--atol
     (VALUE, DTYPE=VALUE, NAME:VALUE) and --tol NAME:RTOL,ATOL (which wins)."""
-    from .contract import PARITY_TOLERANCE
-
     by_dtype: dict = {}
     by_name: dict = {}
     for key, given in (("rtol", args.rtol), ("atol", args.atol)):

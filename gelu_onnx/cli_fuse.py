@@ -7,11 +7,12 @@ import contextlib
 import os
 import sys
 
-from .cliout import emit_json, one_line
+from .cliout import collapse_whitespace, emit_json
 from .texttable import plural, table
 from .errors import InputError
 from .files import fuse_file, inspect_file
 from .fusion import targets
+from .onnxio.fileops import cleanup, makedirs
 
 
 def cmd_fuse(args) -> int:
@@ -111,29 +112,18 @@ def created_folders(output: str):
     """Create the missing folders above ``output``; if the body fails, remove
     them again (deepest first, each only if empty), so a failed command leaves
     the filesystem as it was."""
-    missing = []
+    made: list[str] = []
     try:
-        d = os.path.dirname(os.path.abspath(output))
-        while not os.path.lexists(d):
-            missing.append(d)
-            d = os.path.dirname(d)
-    except (OSError, ValueError):  # an unusable path: the writer's own checks name it
-        missing = []
-    try:
-        for d in reversed(missing):
-            os.mkdir(d)
+        makedirs(os.path.dirname(os.path.abspath(output)), os.sep, made)
+    except ValueError:  # an unusable path: the writer's own checks name it
+        pass
     except OSError as e:
-        _remove_folders(missing)
-        raise InputError(f"{one_line(output)}: cannot create its folder {one_line(e.filename or d)} "
+        cleanup([], made)
+        raise InputError(f"{collapse_whitespace(output)}: cannot create its folder "
+                         f"{collapse_whitespace(e.filename or output)} "
                          f"({e.strerror or e})") from None
     try:
         yield
     except BaseException:
-        _remove_folders(missing)
+        cleanup([], made)
         raise
-
-
-def _remove_folders(folders: list[str]) -> None:
-    for d in folders:  # deepest first
-        with contextlib.suppress(OSError):
-            os.rmdir(d)

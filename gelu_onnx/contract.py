@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 # --- The custom op ---------------------------------------------------------
 # One logical op, spelled as one op type per (form, bias) so that every op
@@ -96,11 +97,7 @@ MS_DOMAIN = "com.microsoft"
 def np_dtype(elem_type: int):
     """numpy dtype for an ONNX float elem_type (bfloat16 via ml_dtypes)."""
     if elem_type == TensorProto.BFLOAT16:
-        import ml_dtypes
-
         return np.dtype(ml_dtypes.bfloat16)
-    from onnx import helper
-
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
@@ -109,6 +106,7 @@ def np_dtype(elem_type: int):
 # where `check` runs a model, and ONNX Runtime's graph optimization levels
 PROVIDERS = ("cpu", "cuda", "tensorrt")
 OPT_LEVELS = ("disable", "basic", "extended", "all")
+LOCALIZE_MODES = ("gelus", "all")  # check --localize
 # the size given to a symbolic input dim: by check (small: parity) and by bench
 DIM_DEFAULT = 4
 BENCH_DIM_DEFAULT = 8  # BERT-base 8x8 on 2 cores: ~0.3 s a run, so bench's defaults take well under a minute

@@ -16,20 +16,26 @@ passed -> commit, or roll back so every pre-existing file is as it was.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import onnx
 from onnx import ModelProto
 
+from . import interrupts, onnxio, ortlib
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
-from .fusion import targets
+from .fusion import functions, targets
 from .fusion import plan as fusion
 from .fusion import training
 from .fusion.report import Fusion, FuseResult
+from .fusion.rewrite import checkmodel
 from .fusion.targets import DEFAULT as DEFAULT_TARGET, Target, TargetName
-from .onnxio.fileops import folder_lock, path_arg, utf8_path
+from .onnxio import LoadedModel, load_model_proto, splice
+from .onnxio.fileops import folder_lock, path_arg, same_file, utf8_path
+from .onnxio.fileops import in_folder as _cwd  # onnx.checker resolves a model's external data against the cwd
 from .onnxio.format import MMAP_MIN_BYTES
 
 __all__ = ["fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult", "ModelLike", "fuse_file", "inspect_file",
@@ -86,13 +92,6 @@ class FileInspectResult:
                 "already_target_ops": [f.as_dict() for f in r.already], "warnings": list(self.warnings)}
 
 
-def _same_file(a, b) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve() or (Path(b).exists() and os.path.samefile(a, b))
-    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (the output check words it)
-        return False
-
-
 # Below this file size a plain parse + serialize costs well under a second
 # (and io reads such files rather than mapping them).
 SPLICE_MIN_BYTES = MMAP_MIN_BYTES
@@ -113,12 +112,8 @@ def _opened(path):
     """(loaded model, skeleton or None): big single-file models are read as a
     skeleton whose weights stay in the file (splice, imported only then); others
     by onnxio.load_model."""
-    from . import onnxio
-
     skel = None
     if splice_wanted(path):
-        from .onnxio import splice
-
         skel = splice.open_skeleton(path)
     if skel is None:
         yield onnxio.load_model(path), None
@@ -139,11 +134,9 @@ def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False)
     only with ``overwrite_input``); on any failure every pre-existing file is
     as it was. Raises gelu_onnx.errors.GeluOnnxError subclasses (one-line
     messages) for bad input and unsupported models."""
-    from . import onnxio
-
     src, dst = path_arg(src), path_arg(dst)
     require_file(src)
-    if _same_file(src, dst) and not overwrite_input:
+    if same_file(src, dst) and not overwrite_input:
         raise InputError(f"{dst} is the input file; refusing to overwrite it (pass --overwrite-input)")
     onnxio.check_output_path(dst, src, overwrite_input)  # before any work (the write checks again)
     with _opened(src) as (loaded, skel):
@@ -188,8 +181,6 @@ def save(model, path, *, base_dir: str | None = None) -> str:
     model over protobuf's 2 GB limit with its tensors in ``<name>.data``, and
     external data files (relative to ``base_dir``) copied next to it. Returns
     the path written."""
-    import onnx
-
     if not isinstance(model, onnx.ModelProto):
         raise InputError(f"expected an onnx.ModelProto to save, got {type(model).__name__}")
     return write_model(model, path_arg(path), base_dir=base_dir)
@@ -220,7 +211,6 @@ def check_input(loaded, src, skeleton=None) -> None:
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{src}: the input model fails onnx.checker: {_one_line(first)}") from None
-
 
 
 def _quick_check(loaded, skel) -> bool:
@@ -274,8 +264,6 @@ def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool
     onnxio.LoadedModel it came from (protects the input and its data files);
     ``skeleton``: the splice.Skeleton it was read as; ``checked_against``: the
     input path (named when the runtime cannot load the result). Appends one-line notes to ``notes``; returns the path."""
-    from . import interrupts, onnxio
-
     notes = [] if notes is None else notes
     payload = None  # the model serialized once, for the checker and the write
     if skeleton is None and source is not None and source.data is not None:
@@ -335,14 +323,10 @@ def _loadable_ir(model, shown, notes: list[str]) -> None:
     """The IR version written must load in the installed onnxruntime (asked,
     not assumed: onnxruntime 1.16 loads IR <= 9). fuse needs no runtime:
     without one, nothing is asked and a note says so."""
-    import importlib.util
-
     if importlib.util.find_spec("onnxruntime") is None:
         notes.append(f"the model needs IR version {model.ir_version}; onnxruntime is not installed, "
                      "so whether your runtime loads it was not asked")
         return
-    from . import ortlib
-
     limit = ortlib.max_ir_version()
     if model.ir_version > limit:
         raise UnsupportedError(f"{shown}: the model needs IR version {model.ir_version} features; "
@@ -352,25 +336,11 @@ def _loadable_ir(model, shown, notes: list[str]) -> None:
 def _checker(model_or_path, shown) -> None:
     """onnx.checker on the output. fuse_file checked the input first
     (check_input), so a failure here is a bug of ours."""
-    import onnx
-
     try:
         onnx.checker.check_model(model_or_path)
     except (onnx.checker.ValidationError, ValueError) as e:
         raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {_one_line(str(e).splitlines()[0])} "
                             "(a bug: please report)") from e
-
-
-@contextlib.contextmanager
-def _cwd(folder):
-    """onnx.checker resolves an in-memory model's external data against the cwd."""
-    back = os.open(".", os.O_RDONLY)
-    try:
-        os.chdir(folder)
-        yield
-    finally:
-        os.fchdir(back)
-        os.close(back)
 
 
 def _one_line(s) -> str:
@@ -385,8 +355,6 @@ def _as_model(model, base_dir=None):
     gelu_onnx.onnxio (no weight payload is read)."""
     if isinstance(model, ModelProto):
         return model, base_dir, None
-    from .onnxio import LoadedModel, load_model_proto
-
     if isinstance(model, (str, os.PathLike, LoadedModel)):
         loaded = load_model_proto(model)
         return loaded.model, loaded.base_dir, loaded.table
@@ -407,9 +375,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
     """
     t = targets.get(target)
     src, base_dir, table = _as_model(model, base_dir)
-    if src.functions:  # fusion/functions is imported only for a model with model-local functions
-        from .fusion import functions
-
+    if src.functions:
         functions.refuse_foreign_functions(src)
     if inplace:
         m = src
@@ -432,9 +398,7 @@ def fuse_with_report(model: ModelLike, target: TargetName | Target = targets.DEF
         unchanged = False
 
     def keep_check_model(p):
-        if fusion.standins_may_pay(p):  # else no check model: fusion/rewrite/checkmodel is imported only then
-            from .fusion.rewrite import checkmodel
-
+        if fusion.standins_may_pay(p):  # else no check model
             res.input_check = checkmodel.check_model(m, p)
 
     defined = training.main_graph_names(m.graph) if m.training_info else None
@@ -456,9 +420,7 @@ def inspect(model: ModelLike, target: TargetName | Target = targets.DEFAULT, *, 
     """Every GELU that ``fuse`` would fuse, and every near-miss; changes nothing."""
     t = targets.get(target)
     m, base_dir, table = _as_model(model, base_dir)
-    if m.functions:  # fusion/functions is imported only for a model with model-local functions
-        from .fusion import functions
-
+    if m.functions:
         functions.refuse_foreign_functions(m)
         if functions.holds_gelu(m):
             # what fuse would do there (in bodies or inlined) is found by doing it on a copy

@@ -22,6 +22,7 @@ in place, the model not yet), write:checker, write:rollback, save:written
 (docs/safety.md)."""
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 
@@ -114,8 +115,6 @@ def preload(names) -> None:
     interrupts a C extension's initialisation (numpy, onnx, onnxruntime)
     surfaces as an ImportError ("initialization failed"), not as the signal.
     A missing optional module is left to the code that needs it."""
-    import importlib
-
     with critical():
         for name in names:
             try:

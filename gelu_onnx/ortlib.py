@@ -16,11 +16,22 @@ the package's ``_lib`` folder, the installed distribution).
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import importlib.util
+import json
+import os
+import re
+import stat
+import tempfile
 from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
 
 from . import libs
 from .errors import InputError, UnsupportedError
+from .onnxio.fileops import utf8_path
 
 LIBRARY_NAME = "libgelu_onnx_ort.so"
 ENV_VAR = "GELU_ONNX_ORT_LIBRARY"
@@ -56,21 +67,29 @@ LOG_ENV = "GELU_ONNX_ORT_LOG"  # ONNX Runtime's log level: 0 verbose .. 4 fatal 
 
 
 def runtime_env() -> None:
-    """Before onnxruntime is first imported (the command does it first
-    thing, gelu_onnx/__main__.py): its telemetry off unless the caller set
-    ORT_DISABLE_TELEMETRY. Importing onnxruntime 1.2x otherwise creates
+    """ONNX Runtime's telemetry off unless the caller set ORT_DISABLE_TELEMETRY:
+    importing onnxruntime 1.2x otherwise creates
     $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}
-    and, where HOME cannot be written, prints a warning. Once onnxruntime is
-    imported this changes nothing."""
-    import os
-
+    and, where HOME cannot be written, prints a warning. Run when this module
+    is imported, which every path of the package to onnxruntime does first
+    (the command's preload too); once onnxruntime is imported it changes nothing."""
     if not os.environ.get(TELEMETRY_ENV):  # unset or empty
         os.environ[TELEMETRY_ENV] = "1"
 
 
-def log_level() -> int:
-    import os
+runtime_env()
 
+
+def runtime():
+    """The onnxruntime module. Imported here only, when a runtime feature is
+    used: it is an optional dependency, and ``fuse`` needs none (about 0.3 s
+    of imports; docs/design.md, "Dependencies and start-up")."""
+    import onnxruntime
+
+    return onnxruntime
+
+
+def log_level() -> int:
     try:
         return min(4, max(0, int(os.environ.get(LOG_ENV, "4"))))
     except ValueError:
@@ -83,11 +102,9 @@ def quiet(so):
     before its own logger exists, at log_level(): our one stderr line is
     the only one, on success and on failure (a model failing at run time
     logs a coloured error line first otherwise). Returns ``so``."""
-    import onnxruntime as ort
-
     level = log_level()
     so.log_severity_level = level
-    ort.set_default_logger_severity(level)
+    runtime().set_default_logger_severity(level)
     return so
 
 
@@ -98,10 +115,6 @@ def folder_arg(folder: str) -> str:
     """``folder`` as ONNX Runtime's C++ can take it (UTF-8 only): itself, or
     for a folder whose path holds other bytes, /proc/self/fd/N of a
     descriptor kept open on it for the process's life (one per folder)."""
-    import os
-
-    from .onnxio.fileops import utf8_path
-
     if utf8_path(folder) or not os.path.isdir("/proc/self/fd"):
         return folder
     if folder not in _FOLDER_FDS:
@@ -116,9 +129,7 @@ def session_options(base=None):
     SessionOptions otherwise. Raises UnsupportedError when the library is not
     built, or when this onnxruntime refuses to load it.
     """
-    runtime_env()
-    import onnxruntime as ort
-
+    ort = runtime()
     path = library_path(required=True)
     so = base if base is not None else ort.SessionOptions()
     try:
@@ -132,8 +143,6 @@ def kernel_library():
     """ctypes handle to the library's kernel C ABI (gelu_cpu_range,
     gelu_cpu_isa, gelu_cpu_set_isa, gelu_cpu_erf_precise, gelu_cuda_launch; see
     plugins/common/gelu_kernels.h). For tests and benchmarks."""
-    import ctypes
-
     lib = ctypes.CDLL(str(library_path(required=True)))
     i64, vp = ctypes.c_int64, ctypes.c_void_p
     lib.gelu_cpu_range.argtypes = [ctypes.c_int, ctypes.c_int, vp, vp, i64, vp, i64, i64, ctypes.c_float]
@@ -152,29 +161,15 @@ def kernel_library():
 # --- what the installed runtime accepts ---------------------------------------------
 
 def runtime_version() -> str:
-    runtime_env()
-    import onnxruntime as ort
-
-    return ort.__version__
-
-
-def _quiet_options():
-    runtime_env()
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    quiet(so)
-    so.log_severity_level = 4  # the refusals below are expected: never shown, even with -v
-    return so
+    return runtime().__version__
 
 
 def loads_ir(ir: int) -> bool:
     """True when the installed onnxruntime loads a model of IR version ``ir``
     (an Identity at opset 13, which every supported runtime knows)."""
-    so = _quiet_options()
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
+    ort = runtime()
+    so = quiet(ort.SessionOptions())
+    so.log_severity_level = 4  # the refusals below are expected: never shown, even with -v
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "ir_probe",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
@@ -198,8 +193,6 @@ def max_ir_version() -> int:
     cached = _cache_read().get(key) if key is not None else None
     if isinstance(cached, int):
         return cached
-    import onnx
-
     limit = 6
     for ir in range(onnx.IR_VERSION + 2, 6, -1):
         if loads_ir(ir):
@@ -217,10 +210,6 @@ def _runtime_key() -> str | None:
     """The installed onnxruntime's identity without importing it: its
     version (capi/build_and_package_info.py), the real path of the package
     and the size and mtime of its extension module. None when unsure."""
-    import importlib.util
-    import os
-    import re
-
     spec = importlib.util.find_spec("onnxruntime")
     if spec is None or not spec.origin:
         return None
@@ -238,8 +227,6 @@ def _runtime_key() -> str | None:
 
 
 def _cache_file() -> str | None:
-    import os
-
     where = os.environ.get(CACHE_ENV)
     if where == "off":
         return None
@@ -256,10 +243,6 @@ def _cache_read() -> dict:
     """The cache's entries; {} for anything but a small regular file we can
     read. Opened without following a link and without blocking (a FIFO or a
     device planted at the path is ignored, never waited on or read)."""
-    import json
-    import os
-    import stat
-
     path = _cache_file()
     if path is None:
         return {}
@@ -281,10 +264,6 @@ def _cache_read() -> dict:
 
 def _cache_write(key: str, limit: int) -> None:
     """Best effort: a folder that cannot be written leaves the runtime asked next time too."""
-    import json
-    import os
-    import tempfile
-
     path = _cache_file()
     if path is None:
         return

@@ -15,9 +15,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
-from . import buildinfo, libs
+from . import libs
 from .contract import DOMAIN, OP_TYPES, OPSET_VERSION
 from .errors import InputError, UnsupportedError
 
@@ -42,7 +43,7 @@ def plugin_library_path(autoreg: bool = False) -> Path:
             raise UnsupportedError(f"{PLUGIN_ENV}={os.environ[PLUGIN_ENV]} is not a file")
         raise UnsupportedError(
             f"the TensorRT plugin library ({name}) was not built: on a machine with TensorRT >= 10 and CUDA, "
-            f"TensorRT_ROOT=<TensorRT install dir> {buildinfo.reinstall_command()} (CMake prints 'TensorRT plugin "
+            f"TensorRT_ROOT=<TensorRT install dir> {libs.reinstall_command()} (CMake prints 'TensorRT plugin "
             f"NOT built: <reason>' otherwise), or point {PLUGIN_ENV} at the library"
         )
     return p
@@ -86,10 +87,8 @@ def load_plugin(trt_module=None) -> Path:
 
     The library is first loaded with ctypes (RTLD_GLOBAL), which turns a
     missing dependency into a clear error, then handed to
-    ``IPluginRegistry.load_library`` - the same entry points (getCreators /
-    setLoggerFinder) that ``trtexec --dynamicPlugins`` uses. Registries without
-    load_library get the creators through the library's own
-    ``gelu_onnx_trt_register_creators()``.
+    ``IPluginRegistry.load_library`` (TensorRT >= 8.5) - the same entry points
+    (getCreators / setLoggerFinder) that ``trtexec --dynamicPlugins`` uses.
     """
     trt = import_tensorrt(trt_module)
     path = plugin_library_path()
@@ -98,17 +97,11 @@ def load_plugin(trt_module=None) -> Path:
         _loaded[id(registry)] = path
         return path
     try:
-        lib = ctypes.CDLL(str(path), mode=getattr(os, "RTLD_GLOBAL", 0) | getattr(os, "RTLD_NOW", 0))
+        ctypes.CDLL(str(path), mode=getattr(os, "RTLD_GLOBAL", 0) | getattr(os, "RTLD_NOW", 0))
     except OSError as e:
         raise UnsupportedError(f"cannot load {path}: {e}") from None
-    if hasattr(registry, "load_library"):
-        handle = registry.load_library(str(path))
-        if handle is None and not _plugin_registered(registry):
-            raise UnsupportedError(f"TensorRT could not register the plugins in {path} (see the TensorRT log)")
-    else:
-        lib.gelu_onnx_trt_register_creators.restype = ctypes.c_int32
-        if lib.gelu_onnx_trt_register_creators() <= 0:
-            raise UnsupportedError(f"could not register the plugins in {path} with TensorRT")
+    if registry.load_library(str(path)) is None and not _plugin_registered(registry):
+        raise UnsupportedError(f"TensorRT could not register the plugins in {path} (see the TensorRT log)")
     _loaded[id(registry)] = path
     return path
 
@@ -124,8 +117,6 @@ class TensorRTRun:
 
 def _np_dtype_from_trt(trt, dt):
     if dt == trt.DataType.BF16:
-        import ml_dtypes
-
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(trt.nptype(dt))
 
@@ -198,9 +189,7 @@ def build_engine(onnx_path, trt_module=None, *, input_shapes=None, plugin_overri
     return bytes(engine), plugin_layers
 
 
-def _run_with_torch(trt, engine, feeds):
-    import torch
-
+def _run_with_torch(trt, torch, engine, feeds):
     ctx = engine.create_execution_context()
     keep = {}
     outputs = {}
@@ -237,12 +226,20 @@ def _run_with_torch(trt, engine, feeds):
         if engine.get_tensor_mode(name) == trt.TensorIOMode.OUTPUT:
             t = keep[name].cpu()
             if t.dtype == torch.bfloat16:
-                import ml_dtypes
-
                 outputs[name] = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
             else:
                 outputs[name] = t.numpy()
     return outputs
+
+
+def _cuda_torch():
+    """torch when it is installed with CUDA, else None (optional: imported only for an engine run)."""
+    try:
+        import torch
+
+        return torch if torch.cuda.is_available() else None
+    except (ImportError, RuntimeError):
+        return None
 
 
 def _run_with_polygraphy(engine, feeds):
@@ -267,14 +264,9 @@ def build_engine_and_run(onnx_path, inputs: dict, trt_module=None, *, plugin_ove
     engine = runtime.deserialize_cuda_engine(engine_bytes)
     if engine is None:
         raise UnsupportedError("TensorRT could not deserialize the engine it just built")
-    try:
-        import torch
-
-        has_cuda_torch = torch.cuda.is_available()
-    except (ImportError, RuntimeError):
-        has_cuda_torch = False
-    if has_cuda_torch:
-        outputs = _run_with_torch(trt, engine, feeds)
+    torch = _cuda_torch()
+    if torch is not None:
+        outputs = _run_with_torch(trt, torch, engine, feeds)
     else:
         if any(v.dtype.name == "bfloat16" for v in feeds.values()):
             raise UnsupportedError("running bfloat16 inputs through TensorRT from Python needs a CUDA-enabled PyTorch")

@@ -62,7 +62,7 @@ EXPORT_ATOL = 1e-4
 # --------------------------------------------------------------------------
 
 
-class _Positional(torch.nn.Module):
+class Positional(torch.nn.Module):
     """Calls an HF model with named inputs and returns its top-level tensors.
 
     Both exporters then see a plain positional signature and a flat tuple.
@@ -183,7 +183,7 @@ def export_arch(arch: Arch, out_dir: Path, opsets=OPSETS, exporters=EXPORTERS):
         with _quiet():
             model = arch.build().eval()
         randomize_params(model, SEED)  # HF's zero biases / (1, 0) norms would hide a lost bias
-        return model, _Positional(model, names).eval()
+        return model, Positional(model, names).eval()
 
     model, wrapper = fresh()
     feeds = make_inputs(arch.inputs)

@@ -10,8 +10,9 @@ The cases run as real child processes, a few at a time (one fixture runs
 them all, each test reports one case). Cases that mount a tmpfs or a bind
 mount need root (CI runs as root); elsewhere they are skipped.
 ``GELU_ONNX_HOSTILE_CASES=group/name,...`` runs only those;
-``GELU_ONNX_FULL_HOSTILE=1`` runs every malformed file through every command
-(tests/helpers/hostile/corpus.py)."""
+``GELU_ONNX_FULL_HOSTILE=1`` also runs the opt-in cases (``cases.OPT_IN``):
+every malformed file through every command (corpus.py), every command under
+every stream state (environment.py); by default each class runs once."""
 from __future__ import annotations
 
 import os
@@ -23,7 +24,8 @@ import pytest
 from helpers.hostile import judge, suite
 
 SELECTED = [c for c in os.environ.get("GELU_ONNX_HOSTILE_CASES", "").split(",") if c]
-NAMES = [n for n in suite.CASES if not SELECTED or n in SELECTED]
+FULL = os.environ.get("GELU_ONNX_FULL_HOSTILE") == "1"
+NAMES = [n for n in suite.CASES if (n in SELECTED if SELECTED else FULL or n not in suite.OPT_IN)]
 ROOT = os.geteuid() == 0
 # child processes at once: the machine's cores, at most 4 (timed signals stay meaningful)
 PARALLEL = max(1, min(4, len(os.sched_getaffinity(0))))
@@ -65,4 +67,8 @@ def test_attack_is_clean(verdicts, name):
 
 def test_the_suite_is_big_enough():
     groups = {n.split("/")[0] for n in suite.CASES}
+    default = [n for n in suite.CASES if n not in suite.OPT_IN]
     assert len(suite.CASES) >= 390 and len(groups) >= 24
+    assert {n.split("/")[0] for n in default} == groups  # every group runs by default
+    states = {tuple(n.rsplit("_", 2)[1:]) for n in default if n.startswith("streams/")}
+    assert len(states) == 9  # stdin/stdout/stderr x closed/full/broken, each once

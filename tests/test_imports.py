@@ -1,10 +1,13 @@
 """The package's dependencies in the open: no import circle between its
 modules, counting every import statement (at module level, inside functions,
-under TYPE_CHECKING); imports inside functions only where listed below, each
-with its measured reason. Read from the source (ast), nothing imported."""
+under TYPE_CHECKING); imports inside functions (statements, and calls of
+importlib.import_module / __import__) only where listed below, each with its
+measured reason, at most 20 in the whole package. Read from the source (ast),
+nothing imported."""
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,8 +32,15 @@ def _targets(mods: dict, here: str, node) -> list[str]:
     return [f"{b}.{a.name}" if f"{b}.{a.name}" in mods else b for a in node.names if f"{b}.{a.name}" in mods or b in mods]
 
 
+def _dynamic(n) -> bool:
+    """An import by call: importlib.import_module(...), __import__(...)."""
+    return isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) in (
+        "import_module", "__import__")
+
+
 def _imports():
-    """(module, statement, inside a function, targets) for every import in the package."""
+    """(module, statement, inside a function, targets) for every import in the
+    package, the calls that import included (their targets are not followed)."""
     mods = _modules()
     for m, p in mods.items():
         tree = ast.parse(p.read_text(encoding="utf-8"))
@@ -39,6 +49,8 @@ def _imports():
         for n in ast.walk(tree):
             if isinstance(n, (ast.Import, ast.ImportFrom)):
                 yield m, ast.unparse(n), id(n) in inner, _targets(mods, m, n)
+            elif _dynamic(n):
+                yield m, ast.unparse(n), id(n) in inner, []
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -85,16 +97,55 @@ def test_the_detector_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# Package imports inside functions in the fusion/ and onnxio/ modules, each
-# with its reason (`python -X importtime`, docs/design.md "Start-up"):
-# those left are modules a fuse of most models never runs.
+# Every import inside a function in the package (package, third-party and
+# standard library alike), with its reason. Numbers: the smallest cumulative
+# time `python -X importtime` gave in 5 runs on the shared 2-core VM (Debian 12,
+# Python 3.11), with what the command had imported before it.
 INNER_ALLOWED = {
-    ("gelu_onnx.fusion.targets", "from .opset import upgrade as opset_upgrade"),  # opset/: only when raised
+    ("gelu_onnx", "importlib.import_module(f'{__name__}.{_LAZY[name]}')"):
+        "the public API loads on first use: `import gelu_onnx` is what __main__ and every submodule import first, "
+        "and must not load numpy/onnx (gelu_onnx.cli: 938 ms) before the command's signal handlers",
+    ("gelu_onnx.__main__", "from .cli import main as cli_main"):
+        "the command's imports (938 ms: numpy, onnx, the package) run after reopen_closed() and the signal "
+        "handlers, with signals deferred (interrupts.preload)",
+    ("gelu_onnx.interrupts", "importlib.import_module(name)"):
+        "preload: the modules __main__ names, imported as one step that a signal cannot cut in two",
+    ("gelu_onnx.cli", "importlib.import_module(f'{__package__}.{func[0]}')"):
+        "a command's own module, for that command only: check/bench load the parity checker "
+        "(gelu_onnx.verify: 64 ms) and onnxruntime, which fuse and --help never need",
+    ("gelu_onnx.ortlib", "import onnxruntime"):
+        "onnxruntime is optional and fuse needs none (76 ms after the package; 170-220 ms in other runs)",
+    ("gelu_onnx.files", "from .verify.pairing import custom_ops_gone"):
+        "inspect's warning only: gelu_onnx.verify costs 64 ms on fuse's path, and verify.runners imports "
+        "gelu_onnx.files (a circle at module level)",
+    ("gelu_onnx.tensorrt", "import tensorrt as trt"): "optional (a GPU machine's): its absence is the answer",
+    ("gelu_onnx.tensorrt", "import torch"): "optional: a CUDA torch only hands TensorRT device buffers",
+    ("gelu_onnx.tensorrt", "from polygraphy.backend.trt import TrtRunner"): "optional: the engine runner without torch",
+    ("gelu_onnx.fusion.targets", "from .opset import upgrade as opset_upgrade"):
+        "opset/ only when `standard` raises an opset (35 ms; most models never need it)",
+    ("gelu_onnx.verify.runners", "import onnxruntime"):
+        "`inspect` imports gelu_onnx.verify (files.inspect_file -> verify.pairing.custom_ops_gone) and makes no "
+        "session: onnxruntime at module level would add 0.11-0.31 s (python -X importtime) to every inspect",
 }
+LIMIT = 20  # issue 34, point 4
+
+# Imports inside functions in modules other helpers of issue 34 are bringing
+# down in parallel (verify/, cli_check, cli_bench, cliout; files.py's input
+# check), as they stand on this branch. The lead empties this list at the
+# merge: after it, every import inside a function is in INNER_ALLOWED.
+PENDING_OTHER_AREAS = [
+    ("gelu_onnx.files", "import onnx"),
+    ("gelu_onnx.files", "import onnx"),
+    ("gelu_onnx.files", "import onnx"),
+    ("gelu_onnx.files", "from . import onnxio"),
+    ("gelu_onnx.files", "from . import onnxio"),
+]
 
 
-def test_imports_inside_functions_in_fusion_and_onnxio_are_the_listed_ones():
-    found = {(m, s) for m, s, inner, targets in _imports()
-             if inner and targets and m.startswith(("gelu_onnx.fusion", "gelu_onnx.onnxio"))
-             and not m.startswith(("gelu_onnx.onnxio.load", "gelu_onnx.onnxio.save", "gelu_onnx.onnxio.fileops"))}
-    assert found == INNER_ALLOWED
+def test_imports_inside_functions_are_the_listed_ones():
+    found = Counter((m, s) for m, s, inner, _ in _imports() if inner)
+    assert found == Counter(list(INNER_ALLOWED)) + Counter(PENDING_OTHER_AREAS)
+
+
+def test_at_most_20_imports_inside_functions():
+    assert len(INNER_ALLOWED) <= LIMIT and all(len(why) > 20 for why in INNER_ALLOWED.values())

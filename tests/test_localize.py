@@ -9,7 +9,7 @@ from onnx import helper, numpy_helper
 
 from gelu_onnx import fuse, verify
 
-from gelu_onnx.verify import errstats, localize, pairing
+from gelu_onnx.verify import comparator, localize, pairing
 
 
 def _erf_gelu(x, y, p):
@@ -91,11 +91,11 @@ def test_stats_and_merge_against_numpy():
         b = a + rng.normal(0, 1e-6 * (i + 1), a.shape).astype(np.float32)
         row = verify.compare_one("y", a, b)
         d = np.abs(a.astype(np.float64) - b.astype(np.float64)).ravel()
-        errstats.keep(row, d)
+        comparator.keep(row, d)
         assert row.median_abs == np.median(d) and np.isclose(row.p99_abs, np.percentile(d, 99))
         rows.append(row)
         diffs.append(d)
-    m = errstats.merge(rows)
+    m = comparator.merge(rows)
     alld = np.concatenate(diffs)
     assert m.elements == 3 * a.size and m.max_abs == max(r.max_abs for r in rows)
     assert np.isclose(m.mean_abs, alld.mean(), rtol=1e-6) and np.isclose(m.p99_abs, np.percentile(alld, 99), rtol=1e-6)

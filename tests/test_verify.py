@@ -18,6 +18,7 @@ from onnx import numpy_helper as nh
 from scipy.special import erf
 
 from gelu_onnx import contract, ortlib, verify
+from gelu_onnx.cliout import json_safe
 from gelu_onnx.errors import InputError, UnsupportedError
 from helpers.model_helpers import gelu_model, save
 
@@ -379,4 +380,4 @@ def test_check_fused_interface_change_fails(tmp_path):
 
 
 def test_json_safe_non_finite():
-    assert verify.json_safe({"a": [float("inf"), float("nan"), 1.0]}) == {"a": ["inf", "nan", 1.0]}
+    assert json_safe({"a": [float("inf"), float("nan"), 1.0]}) == {"a": ["inf", "nan", 1.0]}

@@ -30,9 +30,8 @@ from .. import contract as C
 from ..errors import InputError
 from .match.single_op import describe
 from .ops import ANCHOR_OPS
-from .rewrite.emit import add_functions, ensure_opset
-from .targets import make_function
-from ..onnxio.walk import subgraphs
+from .targets import add_functions, ensure_opset, make_function
+from ..onnxio.walk import subgraphs, walk_graphs
 
 if TYPE_CHECKING:
     from .report import FuseResult
@@ -91,7 +90,7 @@ def _call_types(model: ModelProto, calls: list[NodeProto], inferred: list) -> li
 
 def _declared_types(model: ModelProto) -> dict[str, int]:
     types: dict[str, int] = {}
-    for g in _graphs(model.graph):
+    for g in walk_graphs(model.graph):
         for vi in (*g.input, *g.output, *g.value_info):
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 types[vi.name] = vi.type.tensor_type.elem_type
@@ -110,15 +109,8 @@ def _function_graphs(f: FunctionProto):
     yield f.node
     for n in f.node:
         for _, g in subgraphs(n):
-            for sub in _graphs(g):
+            for sub in walk_graphs(g):
                 yield sub.node
-
-
-def _graphs(g: GraphProto):
-    yield g
-    for n in g.node:
-        for _, sub in subgraphs(n):
-            yield from _graphs(sub)
 
 
 def _body_model(f: FunctionProto, in_types: list[int | None], ir_version: int) -> ModelProto:
@@ -301,8 +293,11 @@ def _default(imports) -> int:
 
 def _put_back(model: ModelProto, f: FunctionProto, fused: ModelProto) -> None:
     """The fused body becomes f's body; its new opset imports and model-local
-    functions (our op's math) go to f and to the model."""
+    functions (our op's math) go to f and to the model. A function has no
+    initializers: those the rewrite added (an Emission's constants) become
+    Constant nodes."""
     del f.node[:]
+    f.node.extend(helper.make_node("Constant", [], [t.name], value=t) for t in fused.graph.initializer)
     f.node.extend(fused.graph.node)
     have = {i.domain for i in f.opset_import}
     for imp in f.opset_import:  # `standard` may have raised the body's default opset (proven there)

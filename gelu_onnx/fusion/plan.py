@@ -25,9 +25,8 @@ from .match.matcher import find_matches
 from .match.numeric import wider
 from .report import FuseResult, Match, NearMiss, record
 from .rewrite.graph import rewrite_graph
-from .rewrite.emit import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info,
-                           drop_unused_functions)
-from .targets import Target
+from .rewrite.emit import NameGen, drop_dead_constants, drop_stale_value_info, drop_unused_functions
+from .targets import Emission, Target, default_opset
 from ..errors import InputError, UnsupportedError
 from ..onnxio.arraytable import outer_references, scanned_table, subgraph_table
 from ..onnxio.walk import subgraphs
@@ -294,38 +293,45 @@ def report(plan: Plan, target: Target, res: FuseResult) -> None:
 
 def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
     """Op type -> the dtype of its model-local function body (None: polymorphic
-    via CastLike). Older opsets have no CastLike: the bodies are then typed,
-    one dtype per op type, and call sites of other dtypes compute in float32
-    (their bias, of their own dtype, is then added in front)."""
+    via CastLike), for each op of the target's own domain it emits. Older
+    opsets have no CastLike: the bodies are then typed, one dtype per op type,
+    and call sites of other dtypes compute in float32 (their bias, of their
+    own dtype, is then added in front)."""
     if not target.writes_functions:
         return {}
     chosen = plan.selected()
     if not target.typed_functions(plan.opset):
-        return {s.emission.op_type: None for s in chosen}
+        return {op: None for s in chosen for op in _own_ops(s.emission)}
     while True:
         # a site moved to float32 may lose its bias and so change op type:
         # repeat until every op type emitted has its body (sites only ever
         # move to float32, so this ends)
         types: dict[str, set[int]] = {}
         for s in chosen:
-            types.setdefault(s.emission.op_type, set()).add(s.compute_type)
+            for op in _own_ops(s.emission):
+                types.setdefault(op, set()).add(s.compute_type)
         fn_dtype = {op: next(iter(ts)) if len(ts) == 1 else TensorProto.FLOAT for op, ts in types.items()}
         moved = False
         for s in chosen:
-            forced = fn_dtype[s.emission.op_type]
-            if forced == s.compute_type:
+            if all(fn_dtype[op] == s.compute_type for op in _own_ops(s.emission)):
                 continue
             mt, moved = s.match, True
-            s.compute_type = forced
-            s.emission = target.emission(mt.form, s.use_bias and forced == mt.leaf_type, mt.alpha)
+            s.compute_type = TensorProto.FLOAT  # the body of an op type in two dtypes
+            s.emission = target.emission(mt.form, s.use_bias and s.compute_type == mt.leaf_type, mt.alpha)
         if not moved:
             return fn_dtype
+
+
+def _own_ops(em: Emission) -> list[str]:
+    """The op types of an emission outside the default domain (those a target
+    writing functions writes them for)."""
+    return [n.op_type for n in em.nodes if n.domain]
 
 
 def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_edit=None) -> None:
     """Select, then replace every selected region (in place) and finish the
     model. ``before_edit(plan)`` runs between the two (the model unchanged)."""
-    names = NameGen(m, [g.index for g in plan.graphs])
+    names = NameGen([g.index for g in plan.graphs])
     fn_dtype = select(plan, target, res)
     if before_edit is not None:
         before_edit(plan)
@@ -338,7 +344,7 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
         return
     if nested:  # names cross scopes: dead constants and stale value_info over every graph
         graphs = [g.index.graph for g in plan.graphs]
-        drop_dead_constants(m, dead, graphs)
-        drop_stale_value_info(m, graphs)
+        drop_dead_constants(dead, graphs)
+        drop_stale_value_info(graphs)
     drop_unused_functions(m)
     target.finish(m, plan.opset, fn_dtype)

@@ -1,14 +1,11 @@
-"""The targets: what a matched GELU is rewritten into, per target.
-
-custom   : ai.gelu_onnx.{Bias}Gelu{Erf,Tanh,Sigmoid}, plus a model-local
-           function per op type so the model runs without our library.
-standard : ONNX Gelu-20 (approximate none|tanh). No standard op exists for
-           x*sigmoid(a*x): those are reported and left as they are.
-ort      : com.microsoft Gelu / BiasGelu / FastGelu (optional bias) / QuickGelu.
+"""The targets: what a matched GELU is rewritten into (an Emission: nodes
+and constants), how a model is prepared and finished for it, and the one
+table of targets (get, register).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Literal
 
 from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TensorProto, helper
@@ -16,11 +13,61 @@ from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TensorPro
 from .. import contract as C
 from ..errors import InputError
 from .report import Code
-from .rewrite.emit import Emission, add_functions, default_opset, ensure_opset
 
 TargetName = Literal["custom", "standard", "ort"]
 
 _FLOAT = TensorProto.FLOAT
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of an Emission: ``inputs`` name ``x`` (the GELU's input),
+    ``bias`` (its 1-D bias), one of the Emission's constants or an earlier
+    node's ``output``."""
+
+    op_type: str
+    inputs: tuple[str, ...]
+    output: str = "y"
+    domain: str = ""
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
+
+
+@dataclass(frozen=True)
+class Emission:
+    """What a target writes for one GELU, in the GELU's compute type
+    (rewrite.emit Casts x in and the result out where the model's types
+    differ): ``nodes`` in order, the last one's output is the GELU's output;
+    ``consts``: name -> value, each written as an initializer of the compute
+    type."""
+
+    nodes: tuple[Node, ...]
+    consts: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        known = {"x", "bias", *self.consts}
+        for n in self.nodes:
+            if not known.issuperset(n.inputs) or n.output in known:
+                raise ValueError(f"{n.qualified} reads a name not defined before it, or writes one twice")
+            known.add(n.output)
+
+    @property
+    def inputs_bias(self) -> bool:
+        """Whether the bias Add is folded into the nodes (they read ``bias``)."""
+        return any("bias" in n.inputs for n in self.nodes)
+
+    @property
+    def qualified(self) -> str:
+        """The op(s) the report names."""
+        return "+".join(n.qualified for n in self.nodes)
+
+
+def one_op(domain: str, op_type: str, bias: bool, attrs: dict) -> Emission:
+    """The Emission of a single op reading x (and the bias)."""
+    return Emission((Node(op_type, ("x", "bias") if bias else ("x",), domain=domain, attrs=attrs),))
 
 
 @dataclass(frozen=True)
@@ -32,10 +79,10 @@ class Unsupported:
 
 
 class Target:
-    """One rewrite target: which GELUs it can express, the op a match becomes,
-    whether that op takes the bias, and how the model is prepared (opset) and
-    finished (opset imports, model-local functions). Everything that differs
-    between targets is here: adding a target is one subclass."""
+    """One rewrite target: which GELUs it can express, what a match becomes
+    (an Emission), whether it takes the bias, and how the model is prepared
+    (opset) and finished (opset imports, model-local functions). Everything
+    that differs between targets is here: adding a target is one subclass."""
 
     name: str
     # one line for the CLI's --target help
@@ -45,10 +92,18 @@ class Target:
     # whether GELUs inside model-local function bodies are fused in place
     # (else the calls are inlined)
     fuses_function_bodies: bool = True
-    # whether each op type gets a model-local function with its math
+    # whether each op type of its emissions outside the default domain gets
+    # a model-local function with its math (finish writes them)
     writes_functions: bool = False
     # who lacks a kernel for a dtype, in unsupported()'s message
     _owner: str = "the target's ops"
+
+    def __init_subclass__(cls, **kw):
+        # an Emission is a frozen value, asked for once per GELU: one per
+        # (form, bias, alpha) is built (8 us each; 100k GELUs in a chain)
+        super().__init_subclass__(**kw)
+        if "emission" in cls.__dict__:
+            cls.emission = functools.cache(cls.emission)
 
     def __repr__(self) -> str:
         return f"<target {self.name}>"
@@ -61,9 +116,12 @@ class Target:
         return None
 
     def takes_bias(self, form: str) -> bool:
+        """Whether the emission can fold a bias Add in front in (read ``bias``)."""
         raise NotImplementedError
 
     def emission(self, form: str, bias: bool, alpha: float | None) -> Emission:
+        """What a GELU of ``form`` becomes (``alpha``: QuickGELU's); with
+        ``bias`` it reads the 1-D bias."""
         raise NotImplementedError
 
     def typed_functions(self, opset: int) -> bool:
@@ -104,7 +162,7 @@ class Custom(Target):
     def emission(self, form, bias, alpha) -> Emission:
         attrs = {C.ATTR_ALPHA: float(alpha)} if form == "sigmoid" else {}
         attrs[C.ATTR_PLUGIN_NAMESPACE] = C.DOMAIN
-        return Emission(C.DOMAIN, C.OP_TYPES[(form, bias)], bias, attrs)
+        return one_op(C.DOMAIN, C.OP_TYPES[(form, bias)], bias, attrs)
 
     def typed_functions(self, opset: int) -> bool:
         return opset < 15
@@ -135,7 +193,7 @@ class Standard(Target):
         return False
 
     def emission(self, form, bias, alpha) -> Emission:
-        return Emission("", "Gelu", False, {"approximate": "none" if form == "erf" else "tanh"})
+        return one_op("", "Gelu", False, {"approximate": "none" if form == "erf" else "tanh"})
 
 
 class Ort(Target):
@@ -153,18 +211,20 @@ class Ort(Target):
 
     def emission(self, form, bias, alpha) -> Emission:
         if form == "erf":
-            return Emission(C.MS_DOMAIN, "BiasGelu" if bias else "Gelu", bias, {})
+            return one_op(C.MS_DOMAIN, "BiasGelu" if bias else "Gelu", bias, {})
         if form == "tanh":
-            return Emission(C.MS_DOMAIN, "FastGelu", bias, {})
-        return Emission(C.MS_DOMAIN, "QuickGelu", False, {"alpha": float(alpha)})
+            return one_op(C.MS_DOMAIN, "FastGelu", bias, {})
+        return one_op(C.MS_DOMAIN, "QuickGelu", False, {"alpha": float(alpha)})
 
     def finish(self, model, opset, fn_dtype) -> None:
         ensure_opset(model, C.MS_DOMAIN, 1)
 
 
+# The one table of targets: name -> Target, in the CLI's order.
 _REGISTRY: dict[str, Target] = {t.name: t for t in (Custom(), Standard(), Ort())}
-# The target names, in the CLI's order (the one list of them).
+# The target names (the CLI's --target choices).
 TARGETS: tuple[str, ...] = tuple(_REGISTRY)
+_OWN = frozenset(TARGETS)
 # The target of fuse/inspect/bench when none is named.
 DEFAULT: TargetName = "custom"
 
@@ -175,6 +235,25 @@ def describe() -> str:
                      for t in _REGISTRY.values())
 
 
+def register(target: Target) -> None:
+    """Add ``target`` to the table (for get(), the CLI, the report) under a
+    name not taken; a target of the package itself is written in the table."""
+    global TARGETS
+    if target.name in _REGISTRY:
+        raise ValueError(f"a target named {target.name!r} exists")
+    _REGISTRY[target.name] = target
+    TARGETS = tuple(_REGISTRY)
+
+
+def unregister(name: str) -> None:
+    """Remove a target register() added."""
+    global TARGETS
+    if name in _OWN:
+        raise ValueError(f"{name!r} is one of the package's own targets")
+    del _REGISTRY[name]
+    TARGETS = tuple(_REGISTRY)
+
+
 def get(target: "str | Target") -> Target:
     """The Target for a name (or the Target itself); one line for a bad name."""
     if isinstance(target, Target):
@@ -183,6 +262,29 @@ def get(target: "str | Target") -> Target:
     if t is None:
         raise InputError(f"unknown target {target!r}: choose one of {', '.join(TARGETS)}")
     return t
+
+
+def ensure_opset(model: ModelProto, domain: str, version: int) -> None:
+    for imp in model.opset_import:
+        if imp.domain == domain:
+            return
+    model.opset_import.append(helper.make_opsetid(domain, version))
+
+
+def default_opset(model: ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    return 0
+
+
+def add_functions(model: ModelProto, funcs) -> None:
+    have = {(f.domain, f.name) for f in model.functions}
+    for f in funcs:
+        if (f.domain, f.name) not in have:
+            model.functions.append(f)
+    if model.ir_version < C.MIN_IR_FOR_FUNCTIONS:
+        model.ir_version = C.MIN_IR_FOR_FUNCTIONS
 
 
 # --- model-local functions for the custom op --------------------------------

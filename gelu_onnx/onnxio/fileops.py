@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 import tempfile
@@ -40,6 +41,19 @@ def utf8_path(path) -> bool:
     except (UnicodeEncodeError, AttributeError):
         return False
     return True
+
+
+@contextlib.contextmanager
+def in_folder(folder):
+    """Run the block with ``folder`` as the process's cwd (onnx.checker and
+    the version converter resolve external data against it)."""
+    back = os.open(".", os.O_RDONLY)
+    try:
+        os.chdir(folder)
+        yield
+    finally:
+        os.fchdir(back)
+        os.close(back)
 
 
 def umask() -> int:
@@ -85,12 +99,10 @@ _FICLONE = 0x40049409  # linux/fs.h: ioctl(dst_fd, FICLONE, src_fd)
 
 def reflink(src: str, dst_fd: int) -> bool:
     try:
-        import fcntl
-
         with open(src, "rb") as f:
             fcntl.ioctl(dst_fd, _FICLONE, f.fileno())
         return True
-    except (OSError, ImportError):
+    except OSError:
         return False
 
 
@@ -327,11 +339,9 @@ def folder_lock(folder: str):
         return
     fd = None
     try:
-        import fcntl
-
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
         fcntl.flock(fd, fcntl.LOCK_EX)
-    except (OSError, ImportError):
+    except OSError:
         if fd is not None:
             os.close(fd)
             fd = None

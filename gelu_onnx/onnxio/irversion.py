@@ -171,16 +171,9 @@ def _sized(cols):
                    + 8 * (typed[:, 3] + typed[:, 4] + typed[:, 5]))
 
 
-def required_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -> int | None:
-    """Lowest IR version the model's opsets and element types allow (>= 3),
-    None when an opset is unknown to this onnx.  Covers the features added in
-    IR 9..14 (new element types, opaque types, multi-device configs)."""
-    return (facts or model_facts(model)).min_ir
-
-
-# required_ir_version checks every feature added from IR 11 on (IR 10's
-# function overloads and metadata are not checked), so models are never
-# lowered below it.
+# ModelFacts.min_ir covers every feature added from IR 11 on (new element
+# types, opaque types, multi-device configs; IR 10's function overloads and
+# metadata are not checked), so models are never lowered below it.
 IR_FLOOR = 11
 
 
@@ -197,7 +190,7 @@ def lowest_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -
     """The lowest IR version ``model`` can be written with (at least
     ``IR_FLOOR``, or the newest this onnx knows when that is older: onnx 1.16
     knows IR 10); None when one of its opsets is unknown to this onnx."""
-    need = required_ir_version(model, facts)
+    need = (facts or model_facts(model)).min_ir
     return None if need is None else max(need, min(IR_FLOOR, onnx.IR_VERSION))
 
 

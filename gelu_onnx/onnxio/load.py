@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from ..errors import InputError, MissingFileError, UnsafeModelError
 from ..interrupts import fault
 from ..memlimit import not_enough, short_of
+from . import wire
 from .fileops import path_arg
 from .format import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
@@ -109,24 +110,22 @@ def load_model(path) -> LoadedModel:
             raise not_enough(f"read {where}", 2 * st.st_size) from None
         raise InputError(f"{where}: not a valid ONNX model (protobuf parse failed: "
                          "truncated, damaged or not ONNX)") from None
-    base = os.path.realpath(os.path.dirname(apath))
     try:
-        scan = _scan(data, model)
+        return _validated(model, data, os.path.dirname(apath), where, apath)
     except (EncodeError, MemoryError):  # a model just parsed serializes, but for memory
         raise not_enough(f"read {where}", st.st_size) from None
+
+
+def _validated(model: onnx.ModelProto, data: bytes, base_dir, where: str, path: str | None = None) -> LoadedModel:
+    """The model parsed from ``data``, validated with the native scanner's
+    reading of those bytes (of the model's own serialization when it
+    declines them: the graph field given twice, which protobuf merges)."""
+    scan = wire.scan(data)
+    scan = scan if scan is not None else wire.scan(model.SerializeToString())
+    base = os.path.realpath(base_dir) if base_dir is not None else None
     files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
-    return LoadedModel(model=model, path=apath, base_dir=base, external_files=files, file_size=st.st_size,
-                       table=table, data=scan.data if isinstance(table, ArrayTable) else None)
-
-
-def _scan(data: bytes, model: onnx.ModelProto):
-    """The native scanner's reading of the bytes ``model`` was parsed from;
-    of the model's own serialization when it declines those (the graph
-    field given twice: protobuf merges it)."""
-    from . import wire
-
-    s = wire.scan(data)
-    return s if s is not None else wire.scan(model.SerializeToString())
+    return LoadedModel(model=model, path=path, base_dir=base, external_files=files, file_size=len(data), table=table,
+                       data=scan.data if isinstance(table, ArrayTable) else None)
 
 
 def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
@@ -145,12 +144,7 @@ def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
             model.ParseFromString(model_or_path)
         except (DecodeError, ValueError, RuntimeError, TypeError):
             raise InputError("model bytes: not a valid ONNX model (protobuf parse failed)") from None
-        data = bytes(model_or_path)
-        scan = _scan(data, model)
-        files, table = validate_model_table(model, base_dir=base_dir, where="model bytes", scan=scan)
-        base = os.path.realpath(base_dir) if base_dir is not None else None
-        return LoadedModel(model=model, base_dir=base, external_files=files, file_size=len(data), table=table,
-                           data=scan.data if isinstance(table, ArrayTable) else None)
+        return _validated(model, bytes(model_or_path), base_dir, "model bytes")
     if isinstance(model_or_path, LoadedModel):
         return model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
@@ -162,8 +156,6 @@ def tensor_array(t: TensorProto, base_dir=None):
     """numpy value of a tensor; an external one is read (only its own byte
     range) after the same checks as loading — for the few small constants a
     caller needs, never for a whole model's weights."""
-    from onnx import numpy_helper
-
     if not is_external(t):
         return numpy_helper.to_array(t)
     v = Validator(f"tensor {quote(t.name)}",

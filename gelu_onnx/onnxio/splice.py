@@ -34,7 +34,6 @@ in the environment turns it off).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
@@ -45,7 +44,7 @@ from onnx import ModelProto, TensorProto
 
 from ..errors import GeluOnnxError, InputError, UnsupportedError
 from .load import LoadedModel
-from .fileops import Folder, cleanup, copy_range, new_mode, tmp_in, write_all
+from .fileops import Folder, cleanup, copy_range, in_folder, new_mode, tmp_in, write_all
 from ..interrupts import critical, fault, unwinding
 from .format import (LEN, MAX_PROTO_BYTES, Malformed, Source, Unsupported, field_key, iter_fields, len_field,
                      tensor_nbytes, varint)
@@ -103,17 +102,10 @@ class Skeleton:
     def __exit__(self, *exc):
         self.close()
 
-    @contextlib.contextmanager
     def in_folder(self):
         """Run onnx.checker / version conversion on the skeleton here: their
         external-data checks resolve locations against the cwd."""
-        back = os.open(".", os.O_RDONLY)
-        try:
-            os.chdir(os.path.dirname(self.path))
-            yield
-        finally:
-            os.fchdir(back)
-            os.close(back)
+        return in_folder(os.path.dirname(self.path))
 
     def save(self, model: ModelProto, out_path, *, overwrite_input: bool = False) -> SavedModel:
         """Write ``model`` (the fused skeleton) with every placeholder replaced by

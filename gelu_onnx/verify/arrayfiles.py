@@ -61,7 +61,7 @@ def read_header(fp: IO[bytes], what: str) -> Header:
         else:
             raise ValueError(f".npy format version {version[0]}.{version[1]} is not supported")
     except (ValueError, TypeError, SyntaxError, EOFError) as e:
-        raise InputError(f"{what}: not a valid .npy array ({_first_line(e)})") from None
+        raise InputError(f"{what}: not a valid .npy array ({first_line(e)})") from None
     if any((not isinstance(d, int)) or d < 0 for d in shape):
         raise InputError(f"{what}: invalid shape {shape} in the .npy header")
     return Header(np.dtype(dtype), tuple(shape), bool(fortran), fp.tell() - start)
@@ -104,7 +104,7 @@ def read_npz(src, what: str, expect: Expect | None = None, allow_pickle: bool = 
     try:
         zf = zipfile.ZipFile(src)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-        raise InputError(f"{what}: cannot read it as .npz ({_first_line(e)})") from None
+        raise InputError(f"{what}: cannot read it as .npz ({first_line(e)})") from None
     out: dict[str, np.ndarray] = {}
     with zf:
         members = [i for i in zf.infolist() if not i.is_dir()]
@@ -128,7 +128,7 @@ def read_npz(src, what: str, expect: Expect | None = None, allow_pickle: bool = 
                 with zf.open(info) as f:
                     h = read_header(f, mwhat)
             except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
-                raise InputError(f"{mwhat}: cannot read it ({_first_line(e)})") from None
+                raise InputError(f"{mwhat}: cannot read it ({first_line(e)})") from None
             _check_pickle(h, mwhat, allow_pickle)
             if not h.dtype.hasobject and info.file_size != h.offset + h.nbytes:
                 raise InputError(f"{mwhat}: the header declares {list(h.shape)} {h.dtype} ({h.nbytes} bytes) "
@@ -146,7 +146,7 @@ def read_npz(src, what: str, expect: Expect | None = None, allow_pickle: bool = 
                     f.read(h.offset)
                     out[name] = _build(h, _read_exactly(f, h.nbytes), mwhat)
             except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-                raise InputError(f"{mwhat}: cannot read it ({_first_line(e)})") from None
+                raise InputError(f"{mwhat}: cannot read it ({first_line(e)})") from None
     return out
 
 
@@ -178,6 +178,6 @@ def encode_npy(a: np.ndarray) -> bytes:
     return b.getvalue()
 
 
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip() or type(e).__name__
-    return s.splitlines()[0]
+def first_line(e: BaseException) -> str:
+    """An error's first line (its type's name when it says nothing)."""
+    return (str(e).strip() or type(e).__name__).splitlines()[0]

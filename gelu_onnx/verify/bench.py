@@ -1,17 +1,11 @@
 """Timing: the original and the fused model side by side in one process.
 
-For each ONNX Runtime optimization level both sessions are built with the same
-options (intra-op threads, sequential execution, our custom-op library when
-available), warmed up, then timed in interleaved blocks (each session one
-untimed run then a few timed ones; original first, then fused first, ...) so
-that clock drift, turbo and cache state hit both equally and neither is timed
-while the other's thread pool is still spinning.
-The figure of merit is median fused / median original (< 1 = fused faster).
-
-Bounded for CI: after the sessions are built, warmup and timing of each level
-stop once its share of ``max_seconds`` has passed (at least MIN_TIMED timed
-runs of each session; ``repeats`` and ``warmup`` are upper bounds), so the
-defaults finish well under a minute on a BERT-base on two cores.
+Per ONNX Runtime optimization level both sessions are built with the same
+options, warmed up, then timed in interleaved blocks (_time_pair), so that
+clock drift, turbo and cache state hit both equally. The figure of merit is
+median fused / median original (< 1: fused faster). Bounded for CI: warmup
+and timing of each level stop once its share of ``max_seconds`` has passed
+(at least MIN_TIMED timed runs of each session).
 """
 from __future__ import annotations
 
@@ -24,16 +18,20 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from . import comparator as cmp
-from . import feedfiles, runners
-from .inputs import describe_inputs, make_inputs
-from .pairing import shape_dims
-from .parity_check import Steps
+from . import runners
+from .inputs import describe_inputs
+from .pairing import interface_differences, shape_dims
+from .parity_check import Steps, feeds_for
+from .. import __version__
+from ..cliout import json_safe
+from ..contract import BENCH_DIM_DEFAULT
 from ..errors import InputError
+from ..files import fuse_with_report
 from ..fusion.targets import DEFAULT as DEFAULT_TARGET
 
-from ..contract import BENCH_DIM_DEFAULT  # noqa: E402 (re-exported)
 DEFAULT_OPT_LEVELS = ("basic", "all")
 
 
@@ -69,7 +67,7 @@ class BenchReport:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return cmp.json_safe(asdict(self))
+        return json_safe(asdict(self))
 
 
 def cpu_model() -> str:
@@ -88,27 +86,13 @@ def machine_info(threads: int) -> dict:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
-    return {
-        "cpu": cpu_model(),
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": usable,
-        "intra_op_threads": threads,
-        "platform": platform.platform(),
-    }
+    return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "usable_cpus": usable, "intra_op_threads": threads,
+            "platform": platform.platform()}
 
 
 def versions() -> dict:
-    import onnxruntime as ort
-
-    from .. import __version__
-
-    return {
-        "gelu_onnx": __version__,
-        "onnxruntime": ort.__version__,
-        "onnx": onnx.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-    }
+    return {"gelu_onnx": __version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
+            "numpy": np.__version__, "python": platform.python_version()}
 
 
 # Timed runs per session per round of _time_pair.
@@ -159,28 +143,11 @@ def _time_pair(a: runners.OrtRunner, b: runners.OrtRunner, feeds_a, feeds_b, war
     return ta, tb
 
 
-def bench(
-    original,
-    fused=None,
-    *,
-    target: str = DEFAULT_TARGET,
-    opt_levels=DEFAULT_OPT_LEVELS,
-    threads: int = 2,
-    warmup: int = 3,
-    repeats: int = 15,
-    provider: str = "cpu",
-    use_library: bool | None = None,
-    seed: int = 0,
-    inputs=None,
-    dims=None,
-    dim_default: int = BENCH_DIM_DEFAULT,
-    allow_pickle: bool = False,
-    progress=None,
-    max_seconds: float | None = MAX_SECONDS,
-    custom_op_libraries=(),
-    input_shapes=None,
-    steps=None,
-) -> BenchReport:
+def bench(original, fused=None, *, target: str = DEFAULT_TARGET, opt_levels=DEFAULT_OPT_LEVELS, threads: int = 2,
+          warmup: int = 3, repeats: int = 15, provider: str = "cpu", use_library: bool | None = None, seed: int = 0,
+          inputs=None, dims=None, dim_default: int = BENCH_DIM_DEFAULT, allow_pickle: bool = False, progress=None,
+          max_seconds: float | None = MAX_SECONDS, custom_op_libraries=(), input_shapes=None,
+          steps=None) -> BenchReport:
     """Time ``original`` against ``fused`` (path or ModelProto; None = fuse
     ``original`` in memory with ``target``). ``fused`` must have the
     original's interface (InputError otherwise). ``progress(n)`` is called
@@ -205,8 +172,6 @@ def bench(
     po = lo.model
     notes, nfus = [], None
     if fused is None:
-        from ..files import fuse_with_report
-
         res = fuse_with_report(po, target=target)
         # keeps the original's external-data references: resolve them in its folder
         fused_arg, nfus = runners.load(res.model, base_dir=lo.base_dir), len(res.fusions)
@@ -216,19 +181,15 @@ def bench(
     else:
         fused_arg = runners.load_lean(fused)
         target = None
-        from .pairing import interface_differences
-
         diffs = interface_differences(po, fused_arg.model)
         if diffs:
             raise InputError(f"{runners.model_label(original)} and {runners.model_label(fused)} are not an original and its "
                              f"fused model: {'; '.join(diffs)}")
     if input_shapes:
         dims = shape_dims(po, input_shapes, dims)
-    if inputs is None:
-        feeds, src = make_inputs(po, seed=seed, overrides=dims, dim_default=dim_default), "random"
-    else:
-        feeds, src = feedfiles.load_npz(inputs, po, allow_pickle), \
-            f"{'json' if str(inputs).lower().endswith('.json') else 'npz'}:{inputs}"
+    its, src, _ = feeds_for(lo, None, inputs=inputs, iterations=None, seed=seed, dims=dims, dim_default=dim_default,
+                            scale=1.0, allow_pickle=allow_pickle)
+    feeds = its[0]  # a Polygraphy inputs file: its first iteration
     use = runners.resolve_library(use_library)
     libs = runners.custom_op_libraries(custom_op_libraries)
 
@@ -251,20 +212,7 @@ def bench(
                               all(r.passed for r in rows), min(len(ta), len(tb))))
         del ro, rf
     return BenchReport(
-        original=runners.model_label(original),
+        original=runners.model_label(original), target=target, fusions=nfus, provider=provider, library=use,
         fused=runners.model_label(fused) if fused is not None else f"<fused in memory, target {target}>",
-        target=target,
-        fusions=nfus,
-        provider=provider,
-        library=use,
-        threads=threads,
-        warmup=warmup,
-        repeats=repeats,
-        max_seconds=max_seconds,
-        inputs=describe_inputs(feeds, src),
-        results=results,
-        machine=machine_info(threads),
-        versions=versions(),
-        warnings=warnings,
-        notes=notes,
-    )
+        threads=threads, warmup=warmup, repeats=repeats, max_seconds=max_seconds, inputs=describe_inputs(feeds, src),
+        results=results, machine=machine_info(threads), versions=versions(), warnings=warnings, notes=notes)

@@ -1,9 +1,14 @@
 """Comparing two runs' outputs: per output, max abs / rel error and ULP
-distance against the dtype's tolerance (contract.PARITY_TOLERANCE)."""
+distance against the dtype's tolerance (contract.PARITY_TOLERANCE), and the
+distribution of |original - fused| where both are finite (mean, median,
+99th percentile). ``merge``: one row for several iterations: maxima of
+maxima, summed counts, every iteration's errors together (kept as float32:
+ample for a statistic)."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -51,6 +56,17 @@ class OutputParity:
     atol: float | None = None
     passed: bool = False
     message: str = ""
+    mean_abs: float | None = None  # of |original - fused| where both are finite (keep)
+    median_abs: float | None = None
+    p99_abs: float | None = None
+    # "reference" (gelu_onnx.verify.verdict), "fixed" (atol/rtol) or "exact"
+    verdict: str = "fixed"
+    fused_mean_dev: float | None = None  # mean |fused - reference|
+    fused_max_dev: float | None = None
+    original_mean_dev: float | None = None  # mean |original - reference|
+    original_max_dev: float | None = None
+    mean_bound: float | None = None
+    max_bound: float | None = None
 
 
 def tolerance_for(dtype: str, tolerances: Mapping[str, Mapping[str, float]] | None = None) -> dict | None:
@@ -99,6 +115,7 @@ def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) ->
         nz = finite & (a != 0)  # zeros of the original are covered by atol
         row.max_rel = float((diff[nz] / np.abs(a[nz])).max()) if np.any(nz) else 0.0
         row.max_ulp = int(ulp_distance(ref[finite], got[finite]).max())
+    keep(row, diff[finite])
     row.passed = row.mismatched == 0
     if not row.passed:
         parts = [f"{row.mismatched} of {ref.size} elements outside atol={row.atol:g} + rtol={row.rtol:g}*|original|"]
@@ -108,16 +125,22 @@ def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) ->
     return row
 
 
-def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[str, np.ndarray], tolerances=None) -> list[OutputParity]:
-    """Per-output parity rows, matched by name (original order, then fused-only names)."""
+def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[str, np.ndarray], tolerances=None,
+            output_tolerances: Mapping[str, Mapping[str, float]] | None = None) -> list[OutputParity]:
+    """Per-output parity rows, matched by name (original order, then fused-only
+    names); ``output_tolerances`` ({name: {rtol, atol}}) win over ``tolerances``."""
     rows = []
     for name, ref in original_outputs.items():
+        ref = np.asarray(ref)
         if name not in fused_outputs:
-            ref = np.asarray(ref)
             rows.append(OutputParity(name=name, dtype=dtype_str(ref), shape=list(ref.shape), elements=int(ref.size),
                                      message="missing from the fused model's outputs"))
             continue
-        rows.append(compare_one(name, ref, fused_outputs[name], tolerances))
+        tol = tolerances
+        if (output_tolerances or {}).get(name):
+            tol = {dt: dict(v) for dt, v in (tolerances or {}).items()}
+            tol.setdefault(dtype_str(ref), {}).update(output_tolerances[name])
+        rows.append(compare_one(name, ref, fused_outputs[name], tol))
     for name, v in fused_outputs.items():
         if name not in original_outputs:
             v = np.asarray(v)
@@ -126,12 +149,32 @@ def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[s
     return rows
 
 
-def json_safe(x):
-    """Non-finite floats as the strings 'inf' / '-inf' / 'nan' (strict JSON has none)."""
-    if isinstance(x, float) and not np.isfinite(x):
-        return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
-    if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    return x
+_MAXIMA = ("max_abs", "max_rel", "max_ulp")
+_COUNTS = ("mismatched", "nonfinite_mismatched", "elements", "compared", "same_infinity")
+
+
+def keep(row: OutputParity, diff: np.ndarray) -> OutputParity:
+    """Attach a row's finite absolute errors (for a later merge) and their statistics."""
+    d = np.asarray(diff, np.float32).ravel()
+    row.__dict__["_abs"] = d  # not a dataclass field: never serialized
+    d64 = d.astype(np.float64)
+    row.mean_abs, row.median_abs, row.p99_abs = (float(d64.mean()), float(np.median(d64)),
+                                                 float(np.percentile(d64, 99))) if d.size else (None, None, None)
+    return row
+
+
+def merge(rows: Sequence[OutputParity]) -> OutputParity:
+    """One row for several iterations of the same tensor."""
+    if len(rows) == 1:
+        return rows[0]
+    out = copy.copy(rows[0])
+    for k in _MAXIMA:
+        setattr(out, k, max((getattr(r, k) for r in rows if getattr(r, k) is not None), default=None))
+    for k in _COUNTS:
+        setattr(out, k, sum(getattr(r, k) for r in rows))
+    keep(out, np.concatenate([r.__dict__.get("_abs", np.empty(0, np.float32)) for r in rows]))
+    out.passed = all(r.passed for r in rows)
+    failing = [(i, r) for i, r in enumerate(rows) if not r.passed]
+    out.message = "; ".join(f"iteration {i}: {r.message}" for i, r in failing[:3]) + (
+        f"; and {len(failing) - 3} more iterations" if len(failing) > 3 else "")
+    return out

@@ -1,13 +1,13 @@
-"""A user's input and golden-output files, checked against the model.
-
-``--inputs`` takes an .npz (one iteration) or Polygraphy's saved inputs
-(JSON, one or more iterations); ``--reference-outputs`` takes Polygraphy's
-RunResults JSON. Every array's declared dtype and shape is checked against the
-model's declared inputs (outputs) before the array is built (see
-gelu_onnx.verify.arrayfiles for the size and pickle rules). The files are only read.
+"""A user's input and golden-output files, checked against the model:
+``--inputs`` (an .npz, or Polygraphy's saved inputs, JSON), ``--reference-outputs``
+(Polygraphy's RunResults JSON). Every array's dtype and shape is checked
+against the model before it is built (arrayfiles: size and pickle rules);
+the files are only read. Saves are atomic (--save-inputs, --save-outputs).
 """
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -16,7 +16,13 @@ import onnx
 from onnx import TensorProto
 
 from . import arrayfiles, inputs, polyjson
+from .. import contract
 from ..errors import InputError
+from ..interrupts import critical, fault, unwinding
+from ..onnxio import check_output_path
+from ..onnxio.fileops import Folder, cleanup, new_mode, tmp_in
+
+_BF16 = contract.np_dtype(TensorProto.BFLOAT16)
 
 
 class _Expect:
@@ -46,7 +52,7 @@ class _Expect:
             return
         et, dims = spec
         if not _dtype_ok(et, dtype):
-            shown = "bfloat16" if dtype == _bf16() else ("string" if dtype.kind in "OUS" else str(dtype))
+            shown = "bfloat16" if dtype == _BF16 else ("string" if dtype.kind in "OUS" else str(dtype))
             raise InputError(f"{self.what}: '{name}' is {shown}, the model declares {inputs.dtype_name(et)}")
         if dims is None:
             return
@@ -62,16 +68,10 @@ class _Expect:
                     raise InputError(f"{self.what}: dim '{d}' is {prev[0]} in '{prev[1]}' but {got} in '{name}'")
 
 
-def _bf16() -> np.dtype:
-    from .. import contract
-
-    return contract.np_dtype(TensorProto.BFLOAT16)
-
-
 def _dtype_ok(et: int, dtype: np.dtype) -> bool:
     if et == TensorProto.STRING:
         return dtype.kind in "OUS"
-    if et == TensorProto.BFLOAT16 and dtype in (np.dtype("V2"), np.dtype(np.uint16), _bf16()):
+    if et == TensorProto.BFLOAT16 and dtype in (np.dtype("V2"), np.dtype(np.uint16), _BF16):
         return True
     try:
         return dtype == inputs.np_dtype_of(et)
@@ -83,8 +83,8 @@ def _dtype_ok(et: int, dtype: np.dtype) -> bool:
 
 def _finish(a: np.ndarray, et: int | None) -> np.ndarray:
     """bfloat16 bit patterns as ml_dtypes.bfloat16; strings as objects (what ORT takes)."""
-    if et == TensorProto.BFLOAT16 and a.dtype != _bf16():
-        return a.view(_bf16())
+    if et == TensorProto.BFLOAT16 and a.dtype != _BF16:
+        return a.view(_BF16)
     if et == TensorProto.STRING and a.dtype.kind in "US":
         return a.astype(object)
     return a
@@ -159,10 +159,8 @@ def load_reference_outputs(path, model: onnx.ModelProto, *, allow_pickle: bool =
     for vi in model.graph.output:
         if vi.type.HasField("tensor_type"):
             tt = vi.type.tensor_type
-            dims = [(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)) for d in tt.shape.dim] \
-                if tt.HasField("shape") else None
             if tt.elem_type:
-                specs[vi.name] = (tt.elem_type, dims)
+                specs[vi.name] = (tt.elem_type, inputs.declared_dims(tt))
                 types[vi.name] = tt.elem_type
     runs = polyjson.read_run_results(path, what, _Expect(what, specs, None, []), allow_pickle, limit=1)
     runner, iterations = runs[0]
@@ -174,12 +172,6 @@ def _write_atomic(path, what: str, write) -> None:
     ``path`` last: a failure or a signal leaves what was there and no temp
     file. OS refusals are one line. ``path`` is already resolved and checked
     (parity_check checks every save path before anything runs)."""
-    import os
-
-    from ..interrupts import critical, fault, unwinding
-    from ..onnxio import check_output_path
-    from ..onnxio.fileops import Folder, cleanup, new_mode, tmp_in
-
     try:
         _, out, _ = check_output_path(path, replaceable=is_array_file)
     except InputError as e:
@@ -221,8 +213,6 @@ def is_array_file(path) -> bool:
 
 
 def _write_json(doc, path, what: str) -> None:
-    import json
-
     _write_atomic(path, what, lambda f: f.write(json.dumps(doc, indent=4).encode()))
 
 
@@ -243,7 +233,7 @@ def save_inputs(iterations: Sequence[Mapping[str, np.ndarray]], path) -> None:
 
 def _plain(feeds: Mapping[str, np.ndarray]) -> dict:
     """bfloat16 as uint16 bit patterns: numpy (and so Polygraphy) loads those."""
-    return {k: (v.view(np.uint16) if v.dtype == _bf16() else v) for k, v in feeds.items()}
+    return {k: (v.view(np.uint16) if v.dtype == _BF16 else v) for k, v in feeds.items()}
 
 
 def save_outputs(runs, path, runtimes=None) -> None:

@@ -9,13 +9,16 @@ from typing import Mapping
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, TensorProto, helper
+from onnx import TensorProto, helper
 
 from .. import contract
+from ..contract import DIM_DEFAULT
 from ..errors import InputError, UnsupportedError
+from ..onnxio.walk import subgraphs, walk_graphs
 
-from ..contract import DIM_DEFAULT  # noqa: E402 (re-exported)
 INT_HIGH_DEFAULT = 100
+_INTS = (TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
+         TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64)
 # Inputs whose name says "mask" get all ones / True: a random 0/1 attention
 # mask can blank a whole row (softmax of all -inf = NaN), which compares NaN
 # to NaN and proves nothing.
@@ -42,9 +45,7 @@ _INDEXERS = {
 
 
 def dtype_name(elem_type: int) -> str:
-    return contract.FLOAT_DTYPES.get(elem_type) or helper.tensor_dtype_to_string(elem_type).replace(
-        "TensorProto.", ""
-    ).lower()
+    return contract.FLOAT_DTYPES.get(elem_type) or helper.tensor_dtype_to_string(elem_type).split(".")[-1].lower()
 
 
 def np_dtype_of(elem_type: int) -> np.dtype:
@@ -77,29 +78,23 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
         if not vi.type.HasField("tensor_type"):
             kind = vi.type.WhichOneof("value") or "unknown"
             raise UnsupportedError(f"input '{vi.name}' is a {kind}, not a tensor; the parity checker feeds tensors only")
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
+        dims = declared_dims(vi.type.tensor_type)
+        if dims is None:
             raise InputError(f"input '{vi.name}' declares no shape (not even its rank); pass the inputs with --inputs FILE.npz")
-        dims = []
-        for d in tt.shape.dim:
-            if d.HasField("dim_value"):
-                dims.append(int(d.dim_value))
-            elif d.HasField("dim_param") and d.dim_param:
-                dims.append(d.dim_param)
-            else:
-                dims.append(None)
-        specs.append(InputSpec(vi.name, tt.elem_type, dims))
+        specs.append(InputSpec(vi.name, vi.type.tensor_type.elem_type, dims))
     return specs
 
 
+def declared_dims(tt) -> list | None:
+    """A tensor type's dims: int (fixed), str (named) or None (unknown); None when it declares no shape."""
+    if not tt.HasField("shape"):
+        return None
+    return [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+
+
 def _graphs(nodes):
-    """The If/Loop/Scan bodies under these nodes, recursively (they read
-    outer tensors by name)."""
-    for n in nodes:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
-                yield g
-                yield from _graphs(g.node)
+    """The If/Loop/Scan bodies under these nodes, at any depth (they read outer tensors by name)."""
+    return [w for n in nodes for _, g in subgraphs(n) for w in walk_graphs(g)]
 
 
 class _Scope:
@@ -142,7 +137,7 @@ def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
     Follows subgraphs and model-local functions."""
     g = model.graph
     funcs = {(f.domain, f.name): f for f in model.functions}
-    graphs = [g, *_graphs(g.node)]
+    graphs = list(walk_graphs(g))
     main = _Scope([n for x in graphs for n in x.node], [t for x in graphs for t in x.initializer])
 
     def highs_from(scope: _Scope, start: str, depth: int) -> list[int]:
@@ -182,10 +177,8 @@ def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
 
 
 def _resolve_shape(spec: InputSpec, dims: Mapping[str, int], dim_default: int) -> tuple:
-    return tuple(
-        d if isinstance(d, int) else (dims.get(d, dim_default) if isinstance(d, str) else dim_default)
-        for d in spec.dims
-    )
+    return tuple(d if isinstance(d, int) else dims.get(d, dim_default) if isinstance(d, str) else dim_default
+                 for d in spec.dims)
 
 
 # Random feeds beyond this many values (about 2 GB of float32) are refused:
@@ -193,13 +186,8 @@ def _resolve_shape(spec: InputSpec, dims: Mapping[str, int], dim_default: int) -
 MAX_RANDOM_ELEMENTS = 1 << 29
 
 
-def make_inputs(
-    model: onnx.ModelProto,
-    seed: int = 0,
-    overrides: Mapping[str, int] | None = None,
-    dim_default: int = DIM_DEFAULT,
-    scale: float = 1.0,
-) -> dict[str, np.ndarray]:
+def make_inputs(model: onnx.ModelProto, seed: int = 0, overrides: Mapping[str, int] | None = None,
+                dim_default: int = DIM_DEFAULT, scale: float = 1.0) -> dict[str, np.ndarray]:
     """Seeded random feeds for every required graph input.
 
     Shapes: fixed dims as declared; a named dim takes ``overrides[name]``
@@ -210,9 +198,8 @@ def make_inputs(
     over a constant, ORT's EmbedLayerNormalization) through ops that only
     move their values (Transpose, Reshape, Cast, Slice, Concat ..., in
     subgraphs and model-local functions too; the smallest table when several),
-    else [0, 100); other bool inputs are fair
-    coin flips. The same (model, seed, dims) always gives the same feeds.
-    """
+    else [0, 100); other bool inputs are fair coin flips. The same (model,
+    seed, dims) always gives the same feeds."""
     overrides = dict(overrides or {})
     if not (math.isfinite(scale) and scale != 0):
         raise InputError(f"--scale must be a finite number other than 0, got {scale}: the random inputs would "
@@ -246,10 +233,7 @@ def make_inputs(
             a = (rng.standard_normal(shape) * scale).astype(np_dtype_of(et))
         elif et == TensorProto.BOOL:
             a = np.ones(shape, bool) if _MASK_NAME.search(s.name) else rng.random(shape) < 0.5
-        elif et in (
-            TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
-            TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
-        ):
+        elif et in _INTS:
             dt = np_dtype_of(et)
             if _MASK_NAME.search(s.name):
                 a = np.ones(shape, dt)
@@ -258,9 +242,8 @@ def make_inputs(
                 high = max(1, min(high, int(np.iinfo(dt).max) + 1))
                 a = rng.integers(0, high, size=shape).astype(dt)
         else:
-            raise UnsupportedError(
-                f"cannot make random values for input '{s.name}' of type {dtype_name(et)}; pass --inputs FILE.npz"
-            )
+            raise UnsupportedError(f"cannot make random values for input '{s.name}' of type {dtype_name(et)}; "
+                                   "pass --inputs FILE.npz")
         feeds[s.name] = np.asarray(a)  # rank 0: a 0-d array, never a numpy scalar ORT cannot take
     return feeds
 
@@ -292,9 +275,7 @@ def check_feeds(iterations) -> list[str]:
 
 
 def describe_inputs(feeds: Mapping[str, np.ndarray], source: str) -> list[dict]:
-    return [
-        {"name": k, "dtype": dtype_str(v), "shape": list(v.shape), "source": source} for k, v in feeds.items()
-    ]
+    return [{"name": k, "dtype": dtype_str(v), "shape": list(v.shape), "source": source} for k, v in feeds.items()]
 
 
 def dtype_str(a: np.ndarray) -> str:

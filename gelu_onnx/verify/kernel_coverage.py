@@ -1,37 +1,24 @@
 """Which nodes of a model ONNX Runtime's CPU execution provider runs at a
-higher float precision, asked of ONNX Runtime itself, not read from an error.
-
-The reference (gelu_onnx.verify.reference) retypes the original's float
-tensors to float64 (float32 for an fp16/bf16 model). Some nodes then have no
-kernel: ops without a float64 kernel (Erf, Conv, most com.microsoft ops:
-Attention, SkipLayerNormalization, BiasGelu, FastGelu ...), function ops
-ONNX Runtime expands into such ops (ONNX Gelu-20 becomes an Erf that is no
-node of the graph), QuantizeLinear / DequantizeLinear whose scales must stay
-float32. Such a node runs as an *island*: its float inputs Cast to float32
-(or, in a float32 reference, the model's 16-bit type) and its float outputs
-Cast back.
-
-How it is decided: ONNX Runtime infers every main-graph tensor's type on a
-copy without the weights, in float32 (a session with optimizations off and
-every node output a graph output; contrib ops included). Then each distinct
-node signature (domain, op, opset, input and output types, attributes) is
-probed once with a one-node session: in the reference's type, and where that
-has no kernel, in the island's. A node becomes an island only when the first
-probe fails and the second builds: a probe that fails both ways (an op that
-needs a constant input, say) says nothing about precision, and the node
-stays as it is. Nodes inside If/Loop/Scan bodies and model-local functions
-have no types outside their graph: ops there with one input, or all-float
-ops (_ALL_FLOAT), are probed by op type with every input and output float.
-Probes are cached per plan (one check: the runner factory decides what builds).
+higher float precision, asked of ONNX Runtime itself, not read from an error
+(docs/verdict.md, "The reference run"): such a node of the retyped reference
+runs as an *island*, its float inputs Cast to the island's type and its
+float outputs Cast back. A node is an island only when a one-node session
+of it fails in the reference's type and builds in the island's: a probe that
+fails both ways (an op that needs a constant input) says nothing about
+precision. Probes are cached per plan (one check: the runner factory
+decides what builds).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import onnx
-from onnx import AttributeProto, TensorProto, helper
+from onnx import TensorProto, helper
 
-_FLOATS = (TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
+from .. import contract
+from ..onnxio.walk import subgraphs
+
+_FLOATS = set(contract.FLOAT_DTYPES)
 # ONNX Runtime's type names ('tensor(float)' -> 'float') to ONNX elem types
 _ORT_TYPES = {name.lower(): v for name, v in TensorProto.DataType.items()}
 _ALL_FLOAT = {"Conv", "ConvTranspose", "InstanceNormalization", "BatchNormalization", "GroupNormalization",
@@ -145,7 +132,7 @@ class _Prober:
         """A node without known types: one-input and all-float ops, probed
         with every input and output float."""
         key = (n.domain, n.op_type)
-        if key in p.op_types or key in self.funcs or any(_nested(n)) or not (
+        if key in p.op_types or key in self.funcs or any(subgraphs(n)) or not (
                 len(n.input) == 1 or n.op_type in _ALL_FLOAT):
             return
         dt = self.island(n, [TensorProto.FLOAT] * len(n.input), [TensorProto.FLOAT] * len(n.output), to,
@@ -167,7 +154,7 @@ def plan(model: onnx.ModelProto, skeleton_f32: onnx.ModelProto, to: int, candida
         p.notes.append("ONNX Runtime does not build the original's graph in float32, so its tensors' types are "
                        "unknown: only one-input and all-float ops were probed for a higher-precision kernel")
     for k, n in enumerate(model.graph.node):
-        if any(_nested(n)) or (n.domain, n.op_type) in probe.funcs:
+        if any(subgraphs(n)) or (n.domain, n.op_type) in probe.funcs:
             continue  # their bodies are planned by op type
         if types is None:
             probe.by_op_type(n, to, candidates, p)
@@ -179,22 +166,14 @@ def plan(model: onnx.ModelProto, skeleton_f32: onnx.ModelProto, to: int, candida
         dt = probe.island(n, ins, outs, to, candidates)
         if dt is not None:
             p.nodes[k] = Island(dt, tuple(t in _FLOATS for t in ins), tuple(t in _FLOATS for t in outs))
-    for body in [g for n in model.graph.node for g in _nested(n)] + list(model.functions):
-        for n in _all_nodes(body):
+    for body in [g for n in model.graph.node for _, g in subgraphs(n)] + list(model.functions):
+        for n in _all_nodes(body.node):
             probe.by_op_type(n, to, candidates, p)
     return p
 
 
-def _nested(node):
-    for a in node.attribute:
-        if a.type == AttributeProto.GRAPH:
-            yield a.g
-        elif a.type == AttributeProto.GRAPHS:
-            yield from a.graphs
-
-
-def _all_nodes(body):
-    for n in body.node:
+def _all_nodes(nodes):
+    for n in nodes:
         yield n
-        for g in _nested(n):
-            yield from _all_nodes(g)
+        for _, g in subgraphs(n):
+            yield from _all_nodes(g.node)

@@ -1,28 +1,25 @@
 """``check --localize``: which fused GELU diverged (``--localize all``: which
 tensor of the whole graph diverged first, Polygraphy's ``mark all``).
 
-A fused GELU node keeps the original's output tensor name (its ``root``), so
-every GELU that ``inspect`` finds in the original's main graph can be made a
-graph output of both models and compared like a model output. One run of the
-two exposed models gives the model outputs and every GELU's tensor.
-
-GELUs inside subgraphs (If/Loop/Scan bodies) cannot be graph outputs and are
-reported in a note, not compared. With ``every_tensor``, every float tensor
-a node of the original's main graph writes that the fused graph has too (a
-fused GELU's inner tensors are gone; its output keeps its name) is compared
-instead, in the original's node order: the first that fails is where the
-models part. The cost: every such tensor of every run is kept until the
-verdict (BERT-base 1x128: see docs/cli.md).
+A fused GELU keeps the original's output tensor name (its ``root``), so every
+GELU ``inspect`` finds in the original's main graph becomes a graph output of
+both models, compared like a model output (GELUs in If/Loop/Scan bodies
+cannot be outputs: a note says so). ``every_tensor``: every float tensor of
+the original's main graph the fused graph has too, in node order: the first
+that fails is where the models part (cost: docs/cli.md).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import onnx
-from onnx import helper
+from onnx import helper, shape_inference
 
 from .. import contract
 from ..errors import InputError
+from ..files import inspect
+from .weights import skeleton
+
 
 @dataclass
 class Site:
@@ -43,7 +40,7 @@ class Exposed:
     notes: list[str] = field(default_factory=list)
 
 
-MODES = ("gelus", "all")
+MODES = contract.LOCALIZE_MODES
 
 
 def mode(value) -> str | None:
@@ -65,7 +62,7 @@ def _summary(f: dict) -> str:
     return f"{f['form']} GELU{bias}{alpha}, {f['dtype']}, {len(f.get('nodes') or [])} nodes{where}"
 
 
-def _elem_type(g: onnx.GraphProto, name: str, dtype: str) -> int:
+def _elem_type(g: onnx.GraphProto, name: str) -> int:
     """The tensor's declared type; 0 (left to ONNX Runtime's inference) when
     none is declared: the chain's dtype is not the root's when the chain
     ends in a Cast (a bf16 stack's float32 GELU, Cast to bf16)."""
@@ -93,8 +90,6 @@ def expose(original, fused, every_tensor: bool = False) -> Exposed:
 
     ``original`` / ``fused``: onnxio.LoadedModel (their external data stay where
     they are: the copies keep the references)."""
-    from ..files import inspect
-
     if every_tensor:
         return _expose_all(original, fused)
 
@@ -113,12 +108,12 @@ def expose(original, fused, every_tensor: bool = False) -> Exposed:
     produced = {o: (f"{n.domain}.{n.op_type}" if n.domain else n.op_type) for n in fg.node for o in n.output}
     sites, o_out, f_out = [], [], []
     for f in main:
-        et = _elem_type(og, f["root"], f["dtype"])
+        et = _elem_type(og, f["root"])
         s = Site(f["root"], f, _summary(f), f["root"] in produced, produced.get(f["root"]))
         sites.append(s)
         o_out.append((s.tensor, et))
         if s.in_fused:
-            f_out.append((s.tensor, _elem_type(fg, s.tensor, f["dtype"])))
+            f_out.append((s.tensor, _elem_type(fg, s.tensor)))
     return Exposed(_with_outputs(original.model, o_out), _with_outputs(fused.model, f_out), sites, notes)
 
 
@@ -132,12 +127,10 @@ def _float_types(g: onnx.GraphProto) -> dict[str, int]:
 def _expose_all(original, fused) -> Exposed:
     """Every float tensor a main-graph node of the original writes, that the
     fused model's main graph writes too, as an output of both."""
-    from onnx import shape_inference
-
     og, fg = original.model.graph, fused.model.graph
     produced = {o: (f"{n.domain}.{n.op_type}" if n.domain else n.op_type) for n in fg.node for o in n.output if o}
     try:  # the types, from the graph only (the weights stay in their file)
-        typed = _float_types(shape_inference.infer_shapes(_graph_only(original.model)).graph)
+        typed = _float_types(shape_inference.infer_shapes(skeleton(original.model)).graph)
     except Exception:  # noqa: BLE001 - what shape inference could not type is not compared
         typed = _float_types(og)
     sites, out = [], []
@@ -154,22 +147,6 @@ def _expose_all(original, fused) -> Exposed:
         notes.append("no tensor of the original's main graph has a typed counterpart in the fused model: "
                      "nothing to localize")
     return Exposed(_with_outputs(original.model, out), _with_outputs(fused.model, out), sites, notes)
-
-
-def _graph_only(m: onnx.ModelProto) -> onnx.ModelProto:
-    """``m`` without initializer payloads (shape inference needs types and dims only)."""
-    g = onnx.GraphProto()
-    g.node.extend(m.graph.node)
-    g.input.extend(m.graph.input)
-    g.output.extend(m.graph.output)
-    g.value_info.extend(m.graph.value_info)
-    have = {i.name for i in m.graph.input}
-    for t in m.graph.initializer:
-        if t.name not in have:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    out = onnx.ModelProto(ir_version=m.ir_version, opset_import=list(m.opset_import), functions=list(m.functions))
-    out.graph.CopyFrom(g)
-    return out
 
 
 def split(outputs: dict, sites: list[Site], model_outputs: list[str]) -> tuple[dict, dict]:

@@ -1,13 +1,10 @@
 """Is FUSED a fused version of ORIGINAL, and did it keep our ops?
 
-Fusing never changes a model's interface: the same required inputs and
-outputs, with the same element types. ``interface_differences`` lists what
-differs (``check`` reports it as a failure, ``bench`` refuses to time an
-unrelated pair). ``custom_ops_gone`` spots a model fused for the ``custom``
-target whose ``ai.gelu_onnx`` nodes were inlined by another optimizer (ONNX
-Runtime's saved optimized model, onnx.inliner, ...): it keeps the
-``ai.gelu_onnx`` opset import but none of the ops, so our kernels never run.
-``shape_dims`` reads Polygraphy's --input-shapes against the interface.
+Fusing never changes a model's interface (``interface_differences``: bench
+refuses an unrelated pair). ``custom_ops_gone``: a model fused for ``custom``
+whose ``ai.gelu_onnx`` nodes another optimizer inlined (ONNX Runtime's saved
+optimized model, onnx.inliner) keeps the opset import but none of the ops,
+so our kernels never run. ``shape_dims`` reads Polygraphy's --input-shapes.
 """
 from __future__ import annotations
 
@@ -17,7 +14,8 @@ import onnx
 
 from .. import contract
 from ..errors import InputError
-from .inputs import input_specs
+from ..onnxio import iter_graphs
+from .inputs import dtype_name, input_specs
 
 
 def _required_inputs(m: onnx.ModelProto) -> dict[str, int]:
@@ -49,17 +47,12 @@ def interface_differences(original: onnx.ModelProto, fused: onnx.ModelProto) -> 
     for kind, a, b in (("input", io_, if_), ("output", oo, of)):
         for name in sorted(set(a) & set(b)):
             if a[name] and b[name] and a[name] != b[name]:
-                out.append(f"{kind} '{name}' is {_dt(a[name])} in the original but {_dt(b[name])} in the fused model")
+                out.append(f"{kind} '{name}' is {dtype_name(a[name])} in the original but {dtype_name(b[name])} "
+                           "in the fused model")
     return out
 
 
-def _dt(et: int) -> str:
-    return onnx.helper.tensor_dtype_to_string(et).replace("TensorProto.", "").lower()
-
-
 def _our_nodes(m: onnx.ModelProto) -> int:
-    from ..onnxio import iter_graphs
-
     n = sum(1 for _, g in iter_graphs(m) for node in g.node if node.domain == contract.DOMAIN)
     return n + sum(1 for f in m.functions for node in f.node if node.domain == contract.DOMAIN)
 

@@ -1,15 +1,8 @@
-"""The full parity check: iterations, several providers, golden files, localize.
-
-Per iteration, the original runs on the reference provider (or golden
-outputs come from a Polygraphy RunResults file) and the fused model on each
-provider. Per output: the max errors of ``cmp.compare`` plus mean / median /
-p99 of |original - fused|, over all iterations. The verdict of a float
-output is reference-relative by default (gelu_onnx.verify.verdict: the
-original run more precisely, gelu_onnx.verify.reference, judges both); a
-fixed bound (Polygraphy's |a-b| <= atol + rtol*|a| against the original)
-where the caller gives a tolerance for its dtype or name, and for golden
-outputs. With ``localize`` every GELU tensor of the original's main graph is
-judged too (gelu_onnx.verify.localize).
+"""The check: per iteration the original (or golden outputs) and the fused
+model on each provider, compared output by output, judged by the
+reference-relative verdict (gelu_onnx.verify.verdict) or, where the caller
+gives a tolerance and for golden outputs, by a fixed bound; with
+``localize`` every GELU tensor too (gelu_onnx.verify.localize).
 """
 from __future__ import annotations
 
@@ -21,38 +14,22 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from . import comparator as cmp
-from . import errstats, feedfiles, localize, pairing, reference, runners, verdict
-from .inputs import DIM_DEFAULT, check_feeds, describe_inputs, dtype_str, input_specs, make_inputs
+from . import feedfiles, localize, pairing, reference, runners, verdict
+from .inputs import DIM_DEFAULT, check_feeds, describe_inputs, input_specs, make_inputs
 from .. import contract
+from ..cliout import json_safe
 from ..errors import InputError, UnsupportedError
 from ..fusion.functions import refuse_foreign_functions
-
-
-@dataclass
-class OutputStats(cmp.OutputParity):
-    """A parity row with the distribution of the absolute error."""
-
-    mean_abs: float | None = None
-    median_abs: float | None = None
-    p99_abs: float | None = None
-    # "reference" (gelu_onnx.verify.verdict), "fixed" (atol/rtol) or "exact"
-    verdict: str = "fixed"
-    fused_mean_dev: float | None = None  # mean |fused - reference|
-    fused_max_dev: float | None = None
-    original_mean_dev: float | None = None  # mean |original - reference|
-    original_max_dev: float | None = None
-    mean_bound: float | None = None
-    max_bound: float | None = None
+from ..onnxio import check_output_path
+from ..onnxio.save import refuse_unreplaceable
 
 
 @dataclass
 class ProviderRun:
     provider: str
     ok: bool
-    outputs: list[OutputStats]
+    outputs: list[cmp.OutputParity]
     fusions: list[dict] = field(default_factory=list)
     first_failure: str | None = None  # the first GELU (in the original's order) that fails
 
@@ -60,7 +37,7 @@ class ProviderRun:
 @dataclass
 class CheckReport:
     ok: bool
-    outputs: list[OutputStats]  # the first provider's rows (all of them in ``runs``)
+    outputs: list[cmp.OutputParity]  # the first provider's rows (all of them in ``runs``)
     inputs: list[dict]
     provider: str
     reference_provider: str | None  # None: golden outputs from a file
@@ -84,7 +61,7 @@ class CheckReport:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return cmp.json_safe(asdict(self))
+        return json_safe(asdict(self))
 
 
 def provider_problem(provider: str) -> str | None:
@@ -112,32 +89,6 @@ def tf32_note(tf32: bool) -> str:
     return "TF32 off in every CUDA session (use_tf32=0); --tf32 keeps ONNX Runtime's default"
 
 
-def _diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
-    """|ref - got| where both are finite (empty for exact dtypes or a shape mismatch)."""
-    ref, got = np.asarray(ref), np.asarray(got)
-    if ref.shape != got.shape or cmp.tolerance_for(dtype_str(ref)) is None:
-        return np.empty(0)
-    a, b = ref.astype(np.float64), got.astype(np.float64)
-    fin = np.isfinite(a) & np.isfinite(b)
-    return np.abs(a[fin] - b[fin])
-
-
-def compare(ref_out: Mapping, got_out: Mapping, tolerances=None, output_tolerances=None) -> list[OutputStats]:
-    """cmp.compare's rows with error statistics and per-name tolerances."""
-    rows = []
-    for row in cmp.compare(ref_out, got_out, tolerances):
-        over = (output_tolerances or {}).get(row.name)
-        if over and row.name in ref_out and row.name in got_out:
-            merged = {dt: dict(v) for dt, v in (tolerances or {}).items()}
-            merged.setdefault(row.dtype, {}).update(over)
-            row = cmp.compare_one(row.name, ref_out[row.name], got_out[row.name], merged)
-        s = OutputStats(**asdict(row))
-        if row.name in ref_out and row.name in got_out:
-            errstats.keep(s, _diff(ref_out[row.name], got_out[row.name]))
-        rows.append(s)
-    return rows
-
-
 class Steps:
     """The check's steps, each reported to ``progress(step, seconds)``: at its
     start (seconds None) and at its end."""
@@ -153,8 +104,8 @@ class Steps:
         self.progress(step, time.perf_counter() - t0)
 
 
-def _feeds(original, fused_model, *, inputs, iterations, seed, dims, dim_default, scale, allow_pickle):
-    """(feeds per iteration, source, seed or None)."""
+def feeds_for(original, fused_model, *, inputs, iterations, seed, dims, dim_default, scale, allow_pickle):
+    """(feeds per iteration, their source as the report says it, the seed or None): random, given or from a file."""
     model = original.model if original is not None else fused_model
     if inputs is None:
         n = iterations or 1
@@ -179,9 +130,6 @@ def _check_save_paths(saves: Mapping[str, Any], models, files) -> None:
     models, their data files, the inputs / golden files), nor a device or
     FIFO, nor the other save path, nor an existing file of another kind than
     the .npz / JSON a save writes."""
-    from ..onnxio import check_output_path
-    from ..onnxio.save import refuse_unreplaceable
-
     read = [m.path for m in models if m.path] + [f for m in models for f in m.external_files] + list(files)
     taken: dict[str, str] = {}
     for flag, path in saves.items():
@@ -260,7 +208,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                                                                if isinstance(x, (str, os.PathLike))])
     if input_shapes:
         dims = pairing.shape_dims((lo or lf).model, input_shapes, dims)
-    feeds_its, source, seed = _feeds(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
+    feeds_its, source, seed = feeds_for(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
     problems, notes, warnings = [], check_feeds(feeds_its), []
     gone = pairing.custom_ops_gone(lf.model)
@@ -319,16 +267,16 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     every_fixed = set(contract.PARITY_TOLERANCE) <= set(tolerances or {})  # --rtol/--atol for all dtypes
     if reference_outputs is None and o_model is not None and not every_fixed:
         with step("run the precise reference"):
-            precise = reference.build(o_model, lambda m: runners.Remembering(runners.runner(
-                m, "cpu", use, "disable", label="reference", libraries=libs, lean=True)), feeds_its[0])
+            precise = reference.build(o_model, lambda m: runners.runner(
+                m, "cpu", use, "disable", label="reference", libraries=libs, lean=True), feeds_its[0])
             notes += precise.notes
             warnings += precise.warnings
             if precise.runner is not None:
-                for feeds in feeds_its:
-                    mo, go = localize.split(precise.run(feeds), sites, model_outputs)
+                for i, feeds in enumerate(feeds_its):
+                    mo, go = localize.split(precise.run(feeds) if i else precise.first, sites, model_outputs)
                     precise_its.append(mo)
                     precise_gelus.append(go)
-            precise.runner = None  # released before the fused sessions are built
+            precise.runner = precise.first = None  # released before the fused sessions are built
             gc.collect()
     if precise is not None and not precise_its:
         precise = None  # nothing ran: fixed bounds (a note says why)
@@ -341,34 +289,15 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     for p in providers:
         with step(f"run the fused model on {p}"):
             outs, times = runners.run_all(f_model, p, feeds_its, opt_level=opt_level, label="fused", **run_opts)
-        per_out, per_gelu, kept = [], [], []
-        tallies: dict[str, verdict.Tally] = {}
-        gelu_tallies: dict[str, verdict.Tally] = {}  # a GELU tensor may be an output too
-        for i, out in enumerate(outs):
-            mo, go = localize.split(out, sites, fused_outputs)
-            kept.append(mo)
-            per_out.append(compare(ref_its[i], mo, tolerances, output_tolerances))
-            if sites:
-                per_gelu.append(compare(ref_gelus[i], go, tolerances, output_tolerances))
-            if judged is not None:
-                judged.tally(tallies, precise_its[i], ref_its[i], mo)
-                if sites:
-                    judged.tally(gelu_tallies, precise_gelus[i], ref_gelus[i], go)
+        split = [localize.split(out, sites, fused_outputs) for out in outs]
         del outs
-        rows = [errstats.merge([it[j] for it in per_out]) for j in range(len(per_out[0]))]
-        if judged is not None:
-            rows = [judged.apply(r, tallies) for r in rows]
-        rows = [verdict.certify(r) for r in rows]
+        kept = [mo for mo, _ in split]
+        rows = _rows(ref_its, kept, precise_its, judged, tolerances, output_tolerances)
         fusions = []
-        if sites:
-            by_name = [{r.name: r for r in it} for it in per_gelu]
-            for s in sites:
-                row = errstats.merge([b[s.tensor] for b in by_name]) if s.in_fused else None
-                if row is not None and judged is not None:
-                    row = judged.apply(row, gelu_tallies)
-                if row is not None:
-                    row = verdict.certify(row)
-                fusions.append(localize.fusion_record(s, row))
+        if sites:  # a GELU tensor may be an output too: its own rows
+            by_name = {r.name: r for r in _rows(ref_gelus, [go for _, go in split], precise_gelus, judged, tolerances,
+                                                output_tolerances)}
+            fusions = [localize.fusion_record(s, by_name[s.tensor] if s.in_fused else None) for s in sites]
         first = next((f["tensor"] for f in fusions if not f["pass"]), None)
         ok = not problems and all(r.passed for r in rows) and first is None
         runs.append(ProviderRun(p, ok, rows, fusions, first))
@@ -395,6 +324,19 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         tf32=tf32 if "cuda" in providers + [reference_provider] else None,
         fusions=runs[0].fusions, first_failure=runs[0].first_failure, localize=mode or None,
         custom_op_libraries=[str(x) for x in libs], problems=problems, notes=notes, warnings=warnings)
+
+
+def _rows(refs, gots, precise, judged, tolerances, output_tolerances) -> list[cmp.OutputParity]:
+    """One row per tensor over every iteration (``refs``, ``gots``, ``precise``: per iteration {name: array}),
+    judged by the verdict (``judged``) or its fixed bound, then certified."""
+    per_it = [cmp.compare(r, g, tolerances, output_tolerances) for r, g in zip(refs, gots)]
+    rows = [cmp.merge([it[j] for it in per_it]) for j in range(len(per_it[0]))]
+    if judged is not None:
+        tallies: dict[str, verdict.Tally] = {}
+        for p, r, g in zip(precise, refs, gots):
+            judged.tally(tallies, p, r, g)
+        rows = [judged.apply(r, tallies) for r in rows]
+    return [verdict.certify(r) for r in rows]
 
 
 def _golden(reference_outputs, fused_model, n_its: int, allow_pickle: bool, notes: list[str]):

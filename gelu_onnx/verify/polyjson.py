@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import json
 from typing import Callable, Mapping, Sequence
 
@@ -50,7 +51,7 @@ def _load(path, what: str):
         with open(path, "rb") as f:
             return json.load(f)
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: absurd nesting
-        raise InputError(f"{what}: cannot read it as JSON ({_first_line(e)})") from None
+        raise InputError(f"{what}: cannot read it as JSON ({arrayfiles.first_line(e)})") from None
 
 
 def _type_of(d) -> str | None:
@@ -82,8 +83,6 @@ def _array(d, what: str, name: str, expect, allow_pickle: bool) -> np.ndarray:
             raise InputError(f"{what}: '{name}' holds neither base64 nor latin-1 array data") from None
     awhat = f"{what}: '{name}'"
     if data[:2] == b"PK":  # very old Polygraphy: an .npz archive holding one array
-        import io
-
         arrays = arrayfiles.read_npz(io.BytesIO(data), awhat, None if expect is None else
                                      (lambda _n, dt, sh: expect(name, dt, sh)), allow_pickle)
         if len(arrays) != 1:
@@ -161,8 +160,3 @@ def run_results_doc(runs: Sequence[Run], runtimes: Mapping[str, Sequence[float]]
                for i, outs in enumerate(iterations)]
         lst.append([runner, its])
     return {"lst": lst, TYPE_KEY: "RunResults"}
-
-
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip() or type(e).__name__
-    return s.splitlines()[0]

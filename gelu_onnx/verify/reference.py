@@ -1,22 +1,6 @@
-"""The reference run of ``check``: the original model run more precisely.
-
-The verdict (gelu_onnx.verify.verdict) judges the fused model by how far it
-is from this run compared with how far the original itself is. The
-reference is the original's graph with every float tensor retyped: float32
-for an fp16/bf16 model (2^13 times finer than fp16: ample, at half of
-float64's memory), float64 for a float32 one - run on the CPU with ONNX
-Runtime's graph optimizations off (no fused kernels; no TF32: the CPU has
-none). Retyping keeps the graph: initializers, Constant values, Cast / dtype
-attributes, graph inputs and outputs change type, nothing else; value_info
-is dropped (ONNX Runtime infers it). A node ONNX Runtime cannot run in the
-copy's type (Erf, Conv, Gelu-20, com.microsoft ops, Q/DQ in float64) runs in
-float32 between two Casts: which ones is asked of ONNX Runtime on a copy
-without the weights (gelu_onnx.verify.kernel_coverage); the report names
-them. A copy whose weights would exceed contract.REFERENCE_MAX_BYTES is not
-made (the check holds it, its bytes and ONNX Runtime's copy at once). When
-no copy runs, the original itself (on the CPU, optimizations off) is the
-reference, with a warning in full words; when not even that runs, the check
-judges by the fixed tolerances.
+"""The reference run of ``check``: the original model run more precisely, by
+which the verdict (gelu_onnx.verify.verdict) judges both models. What it is,
+why, and what it costs: docs/verdict.md, "The reference run".
 """
 from __future__ import annotations
 
@@ -31,17 +15,19 @@ from onnx import TensorProto, helper, numpy_helper
 from .. import contract
 from ..errors import InputError, UnsupportedError
 from ..onnxio import tensor_array
-from . import kernel_coverage, weights
+from ..onnxio.walk import subgraphs, walk_graphs
+from . import kernel_coverage
 from .inputs import is_bf16
+from .runners import load
+from .weights import cast_in, skeleton, split
 
-_FLOATS = (TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
+_FLOATS = set(contract.FLOAT_DTYPES)
 _NAMES = {TensorProto.DOUBLE: "float64", TensorProto.FLOAT: "float32"}
 # ops whose output type is an attribute
 _DTYPE_ATTR = {"EyeLike": "dtype", "RandomNormal": "dtype", "RandomNormalLike": "dtype", "RandomUniform": "dtype",
                "RandomUniformLike": "dtype", "Bernoulli": "dtype", "Multinomial": "dtype"}
 _ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
 _WHY_MAX = 400  # characters of a failure's first line kept in a note (cut between words)
-_PROBE_MIN = 1024  # initializers this large become inputs of the type probe
 
 
 @dataclass
@@ -55,6 +41,7 @@ class Reference:
     notes: list[str] = field(default_factory=list)
     feed_dtype: np.dtype | None = None  # float feeds are cast to it
     warnings: list[str] = field(default_factory=list)  # the original itself is the reference
+    first: dict | None = None  # the outputs of the trial run on the first feeds (the check's first iteration)
 
     @property
     def label(self) -> str:
@@ -75,12 +62,17 @@ class Reference:
         return v
 
 
+def _sources(to: int) -> tuple[int, ...]:
+    """The elem types a copy in ``to`` retypes (float32: only the 16-bit ones)."""
+    return (TensorProto.FLOAT16, TensorProto.BFLOAT16) + ((TensorProto.FLOAT,) if to == TensorProto.DOUBLE else ())
+
+
 def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
             plan: kernel_coverage.Plan | None = None) -> onnx.ModelProto:
-    """A copy of ``model`` with every float tensor of a type in ``_FLOATS``
-    retyped to ``to`` (float32: only the 16-bit ones); ``plan``: the nodes
-    that run in another type between Casts (gelu_onnx.verify.kernel_coverage)."""
-    src = (TensorProto.FLOAT16, TensorProto.BFLOAT16) + ((TensorProto.FLOAT,) if to == TensorProto.DOUBLE else ())
+    """A copy of ``model`` with every float tensor of a type in ``_sources(to)``
+    retyped to ``to``; ``plan``: the nodes that run in another type between
+    Casts (gelu_onnx.verify.kernel_coverage)."""
+    src = _sources(to)
     m = onnx.ModelProto()
     m.CopyFrom(model)
     np_to = np.float64 if to == TensorProto.DOUBLE else np.float32
@@ -89,69 +81,58 @@ def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
     def tensor(t: onnx.TensorProto) -> None:
         if t.data_type in src:
             # onnxio's reader: onnx's own cannot open external data under a folder whose name is not UTF-8
-            a = tensor_array(t, base_dir).astype(np_to)
-            t.CopyFrom(numpy_helper.from_array(a, t.name))
+            t.CopyFrom(numpy_helper.from_array(tensor_array(t, base_dir).astype(np_to), t.name))
 
-    def graph(g: onnx.GraphProto, main: bool = False) -> None:
+    def graph(g: onnx.GraphProto, islands: dict) -> None:
         for t in g.initializer:
             tensor(t)
         for t in g.sparse_initializer:
             tensor(t.values)
         for vi in list(g.input) + list(g.output):
-            tt = vi.type.tensor_type
-            if vi.type.HasField("tensor_type") and tt.elem_type in src:
-                tt.elem_type = to
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in src:
+                vi.type.tensor_type.elem_type = to
         del g.value_info[:]
-        nodes(g.node)
-        islands = dict(plan.nodes) if main else {}
-        for k, n in enumerate(g.node):
-            dt = plan.op_types.get((n.domain, n.op_type))
-            if k not in islands and dt is not None and not any(
-                    a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
-                islands[k] = kernel_coverage.Island(dt, (True,) * len(n.input), (True,) * len(n.output))
-        if islands:
-            _islands(g.node, islands, to)
+        body(g.node, islands)
 
-    def nodes(ns) -> None:
+    def body(ns, islands: dict) -> None:
         for n in ns:
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
-                    graph(a.g)
+                    graph(a.g, {})
                 elif a.type == onnx.AttributeProto.GRAPHS:
                     for sg in a.graphs:
-                        graph(sg)
+                        graph(sg, {})
                 elif a.type == onnx.AttributeProto.TENSOR:
                     tensor(a.t)
-                elif a.type == onnx.AttributeProto.INT and (
+                elif a.type == onnx.AttributeProto.INT and a.i in src and (
                         (n.op_type == "Cast" and a.name == "to") or _DTYPE_ATTR.get(n.op_type) == a.name):
-                    if a.i in src:
-                        a.i = to
+                    a.i = to
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
                 _constant_floats(n, np_to)
             if n.op_type == "ConstantOfShape" and not any(a.name == "value" for a in n.attribute):
                 n.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1, np_to))))
+        for k, n in enumerate(ns):  # by op type: in bodies and functions (kernel_coverage.Plan)
+            dt = plan.op_types.get((n.domain, n.op_type))
+            if k not in islands and dt is not None and not any(subgraphs(n)):
+                islands[k] = kernel_coverage.Island(dt, (True,) * len(n.input), (True,) * len(n.output))
+        if islands:
+            _islands(ns, islands, to)
 
-    graph(m.graph, main=True)
+    graph(m.graph, dict(plan.nodes))
     for f in m.functions:
-        nodes(f.node)
-        isl = {k: kernel_coverage.Island(plan.op_types[(n.domain, n.op_type)], (True,) * len(n.input),
-                                         (True,) * len(n.output))
-               for k, n in enumerate(f.node) if (n.domain, n.op_type) in plan.op_types}
-        if isl:
-            _islands(f.node, isl, to)
+        body(f.node, {})
     return m
 
 
 def retyped_lean(model: onnx.ModelProto, to: int, base_dir: str | None = None,
                  plan: kernel_coverage.Plan | None = None) -> onnx.ModelProto:
-    """``retyped``, with the main graph's large float initializers left as
-    they are (in their file) and widened by Cast nodes ONNX Runtime runs
+    """``retyped``, with the main graph's big float initializers left as they
+    are (in their file) and widened by Cast nodes ONNX Runtime runs
     (gelu_onnx.verify.weights): the same values, without a copy of the
     weights in memory (BERT-base fp32 -> float64: 0.9 GB less)."""
-    src = (TensorProto.FLOAT16, TensorProto.BFLOAT16) + ((TensorProto.FLOAT,) if to == TensorProto.DOUBLE else ())
-    rest, big = weights.split(model, src)
+    rest, big = split(model, _sources(to))
     m = retyped(rest, to, base_dir, plan)
-    weights.cast_in(m, big, to)
+    cast_in(m, big, to)
     return m
 
 
@@ -189,48 +170,15 @@ def _islands(ns, islands: dict, to: int) -> None:
 
 
 def _float_types(model: onnx.ModelProto) -> set[int]:
-    from ..onnxio.walk import walk_graphs
-
     types = {t.data_type for g in walk_graphs(model.graph) for t in g.initializer}
     types |= {vi.type.tensor_type.elem_type for vi in list(model.graph.input) + list(model.graph.output)}
-    return types & set(_FLOATS)
-
-
-def _beside(m: onnx.ModelProto, loaded):
-    """The copy as a LoadedModel whose external data (the tensors it did not
-    retype) resolve in the original's folder."""
-    from .runners import load
-
-    return load(m, base_dir=loaded.base_dir)
+    return types & _FLOATS
 
 
 def _float_bytes(model: onnx.ModelProto, to: int) -> int:
     """Bytes of the main graph's float initializers once retyped to ``to``."""
     item = 8 if to == TensorProto.DOUBLE else 4
     return sum(int(np.prod(t.dims)) * item for t in model.graph.initializer if t.data_type in _FLOATS)
-
-
-def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model without its large initializers (graph inputs of the same
-    type and shape instead): a session of it finds the missing kernels
-    without copying the weights (BERT-base in float64: 0.2 s, not 13 s)."""
-    g = model.graph
-    sk = onnx.ModelProto(ir_version=model.ir_version, opset_import=list(model.opset_import),
-                         functions=list(model.functions))
-    sg = sk.graph
-    sg.name = "skeleton"  # not g.name: a name that is not UTF-8 cannot be read as str
-    sg.node.extend(g.node)
-    sg.input.extend(g.input)
-    sg.output.extend(g.output)
-    sg.value_info.extend(g.value_info)
-    sg.sparse_initializer.extend(g.sparse_initializer)
-    have = {i.name for i in g.input}
-    for t in g.initializer:
-        if int(np.prod(t.dims)) < _PROBE_MIN:
-            sg.initializer.append(t)
-        elif t.name not in have:
-            sg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return sk
 
 
 def why(e: BaseException) -> str:
@@ -260,8 +208,8 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
     half = bool(types & {TensorProto.FLOAT16, TensorProto.BFLOAT16})
     sk = sk32 = None
 
-    def probe_runner(m):
-        return make_runner(_beside(m, loaded))
+    def beside(m):  # the copy's external data (what it did not retype) resolve in the original's folder
+        return make_runner(load(m, base_dir=loaded.base_dir))
 
     for to in ([TensorProto.FLOAT] if half else []) + [TensorProto.DOUBLE]:
         size = _float_bytes(loaded.model, to)
@@ -277,11 +225,11 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
             cands = (TensorProto.FLOAT,) if to == TensorProto.DOUBLE else tuple(
                 t for t in (TensorProto.FLOAT16, TensorProto.BFLOAT16) if t in types)
             sk_to = sk32 if to == TensorProto.FLOAT else retyped(sk, to, loaded.base_dir)
-            plan = kernel_coverage.plan(sk_to, sk32, to, cands, probe_runner)
+            plan = kernel_coverage.plan(sk_to, sk32, to, cands, beside)
             m = retyped_lean(loaded.model, to, loaded.base_dir, plan)
-            ref = Reference(make_runner(_beside(m, loaded)), _NAMES[to], plan.labels(loaded.model), notes,
+            ref = Reference(beside(m), _NAMES[to], plan.labels(loaded.model), notes,
                             np.dtype(np.float64 if to == TensorProto.DOUBLE else np.float32))
-            ref.run(feeds)  # a kernel may be missing only at run time
+            ref.first = ref.run(feeds)  # a kernel may be missing only at run time
             notes += plan.notes
             return ref
         except Exception as e:  # noqa: BLE001 - any failure: the next, less precise reference
@@ -294,7 +242,7 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
             "rounding alone, and the report cannot say which model is the more accurate (docs/verdict.md)")
     try:
         ref = Reference(make_runner(loaded), "original", [], notes, warnings=[loud])
-        ref.run(feeds)
+        ref.first = ref.run(feeds)
         return ref
     except (InputError, UnsupportedError) as e:
         notes.append(f"the original does not run without graph optimizations ({why(e)}): "

@@ -15,27 +15,37 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .. import contract
+from .. import contract, ortlib
+from ..buildinfo import build_info
+from ..contract import OPT_LEVELS, PROVIDERS
 from ..errors import InputError, UnsupportedError
 from ..files import splice_wanted
-from .inputs import is_bf16
-from ..onnxio import splice
+from ..onnxio import load_model_proto as load, save_model, splice
 from ..onnxio.fileops import utf8_path
-from ..ortlib import folder_arg, quiet
+from ..onnxio.walk import walk_graphs
+from ..tensorrt import run_tensorrt
+from .arrayfiles import first_line
+from .inputs import is_bf16
 
-from ..contract import OPT_LEVELS, PROVIDERS  # noqa: E402 (re-exported: verify.PROVIDERS, verify.OPT_LEVELS)
 # ONNX Runtime can load models larger than this only from a file.
 _PROTO_LIMIT = 2**31 - 1
+_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+           "all": "ORT_ENABLE_ALL"}
+
+
+def _ort():
+    """onnxruntime, imported when a session is made: gelu_onnx.verify is also
+    imported by `inspect` (files.inspect_file -> verify.pairing), which makes
+    none (tests/test_imports.py has the measurement)."""
+    import onnxruntime
+
+    return onnxruntime
 
 
 def library_available() -> bool:
     try:
-        from ..ortlib import available
-    except ImportError:
-        return False
-    try:
-        return bool(available())
-    except Exception:
+        return bool(ortlib.available())
+    except Exception:  # noqa: BLE001 - a library that does not load is not available
         return False
 
 
@@ -53,29 +63,17 @@ def custom_op_libraries(paths) -> list[str]:
 
 def make_session_options(use_library: bool, opt_level: str = "all", threads: int | None = None, libraries=(),
                          lean: bool = False):
-    import onnxruntime as ort
-
-    if use_library:
-        from ..ortlib import session_options
-
-        so = session_options()
-    else:
-        so = ort.SessionOptions()
-    levels = {
-        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }
-    if opt_level not in levels:
+    ort = _ort()
+    if opt_level not in _LEVELS:
         raise InputError(f"unknown optimization level '{opt_level}' (choose from {', '.join(OPT_LEVELS)})")
-    so.graph_optimization_level = levels[opt_level]
+    so = ortlib.session_options() if use_library else ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[opt_level])
     if lean:  # each node as soon as its inputs are ready: a model whose Casts widen its weights
         # (weights.cast_in) then holds few widened weights at once (BERT-base float64: 0.99 GB peak, not 1.21)
         so.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     # ONNX Runtime's own lines (warnings, run-time errors) are not ours to
     # print, unless GELU_ONNX_ORT_LOG asks (0 verbose .. 4 fatal)
-    quiet(so)
+    ortlib.quiet(so)
     for lib in libraries:
         try:
             so.register_custom_ops_library(lib)
@@ -98,8 +96,7 @@ def cuda_provider_options(tf32: bool | None = None) -> dict[str, str]:
 def ort_providers(provider: str, tf32: bool | None = None) -> list:
     """ONNX Runtime's providers argument for ``provider`` (names, or (name,
     options) for CUDA)."""
-    import onnxruntime as ort
-
+    ort = _ort()
     if provider == "cpu":
         return ["CPUExecutionProvider"]
     if provider == "cuda":
@@ -110,21 +107,6 @@ def ort_providers(provider: str, tf32: bool | None = None) -> list:
             )
         return [("CUDAExecutionProvider", cuda_provider_options(tf32)), "CPUExecutionProvider"]
     raise InputError(f"unknown provider '{provider}' (choose from {', '.join(PROVIDERS)})")
-
-
-def first_line(e: BaseException) -> str:
-    s = str(e).strip() or type(e).__name__
-    return s.splitlines()[0]
-
-
-def load(model, base_dir=None):
-    """A validated onnxio.LoadedModel from a path, ModelProto or LoadedModel.
-
-    ``base_dir``: where an in-memory model's external data live (a model
-    fused in memory keeps its source's external references)."""
-    from ..onnxio import load_model_proto
-
-    return load_model_proto(model, base_dir=base_dir)
 
 
 def load_lean(model):
@@ -159,7 +141,7 @@ class ModelSource:
             return str(self.file())
         if self.loaded.base_dir is not None:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                        folder_arg(self.loaded.base_dir))
+                                        ortlib.folder_arg(self.loaded.base_dir))
         return self.proto.SerializeToString()
 
     def file(self) -> Path:
@@ -167,8 +149,6 @@ class ModelSource:
         if self.loaded.path is not None:
             return Path(self.loaded.path)
         if self._tmp is None:
-            from ..onnxio import save_model
-
             self._tmp = tempfile.TemporaryDirectory(prefix="gelu-onnx-")
             # io links the external data files next to the temp copy
             self._file = Path(save_model(self.proto, Path(self._tmp.name) / f"{self.label}.onnx",
@@ -177,8 +157,6 @@ class ModelSource:
 
 
 def _load_failure(src: ModelSource, e: BaseException):
-    from .. import ortlib
-
     ir = src.proto.ir_version
     if ir > ortlib.max_ir_version():  # the session failed: say why in one line
         return UnsupportedError(
@@ -192,9 +170,8 @@ def _load_failure(src: ModelSource, e: BaseException):
     return InputError(f"onnxruntime cannot load the {src.label} model: {msg}")
 
 
-def _to_ort_values(sess, feeds):
-    import onnxruntime as ort
-
+def _to_ort_values(feeds):
+    ort = _ort()
     out = {}
     for k, v in feeds.items():
         if is_bf16(v):
@@ -220,13 +197,11 @@ class OrtRunner:
 
     def __init__(self, model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model",
                  tf32=None, libraries=(), lean=False):
-        import onnxruntime as ort
-
         self.src = ModelSource(model, label)
         so = make_session_options(use_library, opt_level, threads, libraries, lean)
         providers = ort_providers(provider, tf32)
         try:
-            self.sess = ort.InferenceSession(self.src.ort_arg(so), sess_options=so, providers=providers)
+            self.sess = _ort().InferenceSession(self.src.ort_arg(so), sess_options=so, providers=providers)
         except Exception as e:
             raise _load_failure(self.src, e) from e
         if provider == "cuda" and "CUDAExecutionProvider" not in self.sess.get_providers():
@@ -239,7 +214,7 @@ class OrtRunner:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
             if self._bf16:
-                vals = self.sess.run_with_ort_values(self.output_names, _to_ort_values(self.sess, feeds))
+                vals = self.sess.run_with_ort_values(self.output_names, _to_ort_values(feeds))
                 outs = [_ortvalue_to_numpy(v) for v in vals]
             else:
                 outs = self.sess.run(self.output_names, dict(feeds))
@@ -254,11 +229,6 @@ class TensorRTRunner:
     TensorRT needs the input shapes, which the feeds give."""
 
     def __init__(self, model, label="model"):
-        try:
-            from ..tensorrt import run_tensorrt
-        except ImportError as e:
-            raise UnsupportedError(f"--provider tensorrt: TensorRT support is not available ({first_line(e)})") from e
-        self._run = run_tensorrt
         self.src = ModelSource(model, label)
         self.label = label
         inits = {t.name for t in self.src.proto.graph.initializer}
@@ -266,7 +236,7 @@ class TensorRTRunner:
         self.output_names = [o.name for o in self.src.proto.graph.output]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = self._run(str(self.src.file()), dict(feeds))  # its UnsupportedError passes through (exit 3)
+        out = run_tensorrt(str(self.src.file()), dict(feeds))  # its UnsupportedError passes through (exit 3)
         if isinstance(out, Mapping):
             return {k: np.asarray(v) for k, v in out.items()}
         return dict(zip(self.output_names, (np.asarray(v) for v in out)))
@@ -300,26 +270,6 @@ def run_all(model, provider: str, feeds_its, *, use: bool, opt_level: str, tf32:
     return outs, times
 
 
-class Remembering:
-    """A runner that answers a run on the same feeds as its last one from
-    memory: reference.build tries the reference on the first iteration's
-    feeds, which the check then runs (BERT-base in float64: 3 s saved)."""
-
-    def __init__(self, runner):
-        self.runner, self.input_names, self.last = runner, runner.input_names, None
-
-    def run(self, feeds):
-        if self.last is not None and self.last[0].keys() == feeds.keys() and all(
-                self.last[0][k].dtype == v.dtype and np.array_equal(self.last[0][k], v) for k, v in feeds.items()):
-            return self.last[1]
-        out = self.runner.run(feeds)
-        self.last = ({k: np.array(v) for k, v in feeds.items()}, out)
-        return out
-
-    def __getattr__(self, name):  # the rest is the runner's (kernel_coverage reads its session's types)
-        return getattr(self.runner, name)
-
-
 def run(model, feeds, provider="cpu", use_library=None, opt_level="all", label="model") -> dict[str, np.ndarray]:
     """Run ``model`` (path or ModelProto) once on ``feeds`` with a real runtime.
 
@@ -349,19 +299,13 @@ def model_label(m) -> str:
 def library_warnings(fused, use: bool, asked, providers) -> list[str]:
     """What the user must know when our kernels will not run: a check that
     passes then proves the model-local functions, not the kernels."""
-    from .. import contract
-    from ..onnxio.walk import walk_graphs
-
     if not any(n.domain == contract.DOMAIN for g in walk_graphs(fused.graph) for n in g.node):
         return []
     out = []
     if not use and asked is None:
         out.append("the gelu-onnx custom-op library is not available: ONNX Runtime runs the fused ops' "
                    "model-local functions, not our kernels (see `gelu-onnx info`)")
-    if use and "cuda" in providers:
-        from ..buildinfo import build_info
-
-        if build_info()["build"].get("cuda_kernels") is False:
-            out.append("this build has no CUDA kernels: our ops run on the CPU inside the CUDA session "
-                       "(see `gelu-onnx info`)")
+    if use and "cuda" in providers and build_info()["build"].get("cuda_kernels") is False:
+        out.append("this build has no CUDA kernels: our ops run on the CPU inside the CUDA session "
+                   "(see `gelu-onnx info`)")
     return out

@@ -1,23 +1,18 @@
 """The reference-relative verdict: is the fused model as accurate as the original?
 
-Per float output, with ``ref`` the precise reference run
-(gelu_onnx.verify.reference), ``orig`` the original and ``fused`` the fused
-model on the same inputs, over the elements where all three are finite:
+Per float output, over the elements finite in the reference ``ref``
+(gelu_onnx.verify.reference), the original ``orig`` and ``fused``:
 
     mean|fused - ref| <= max(MEAN_FACTOR * mean|orig - ref|, FLOOR[dtype].mean * eps * rms(ref))
     max |fused - ref| <= max(MAX_FACTOR  * max |orig - ref|, FLOOR[dtype].max  * eps * max|ref|)
 
-(constants in gelu_onnx.contract.REFERENCE_VERDICT, ``eps`` the machine
-epsilon of the output's dtype). The mean bound is the sharp one: a fused
-graph that rounds differently but as well as the original has the same mean
-deviation (12-layer fp16 BERT: 6.29e-4 vs 6.36e-4 of rms(ref)), while a
-wrong GELU in one layer of twelve moves every element (erf emitted as tanh,
-fp32: 90x the original's). The max bound catches errors confined to a few
-elements. The floors stand in only where the original is (nearly) exact:
-what a correct fused GELU may cost there (its kernels' accuracy contract: a
-few float32 ulp; one fp16/bf16 ulp). They replace the factor's bound, they
-are not added to it: an additive floor of 2 eps let a dropped bias in a
-12-layer bf16 stack pass (issue 32). docs/verdict.md has the measurements.
+(gelu_onnx.contract.REFERENCE_VERDICT; ``eps``: the output dtype's machine
+epsilon). The mean bound is the sharp one (a correct fusion rounds as well
+as the original; a wrong GELU in one layer moves every element), the max
+bound catches errors confined to a few elements, and the floors replace
+(never add to) the factor's bound where the original is nearly exact: an
+additive floor let a dropped bias in a 12-layer bf16 stack pass (issue 32).
+The measurements: docs/verdict.md.
 """
 from __future__ import annotations
 
@@ -26,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import contract
+from .inputs import dtype_str
 
 
 # machine epsilon (the spacing of values in [1, 2)) per output dtype
@@ -114,8 +110,6 @@ class Rule:
 
     def tally(self, tallies: dict, precise, orig, fused) -> None:
         """Add one iteration's tensors (dicts by name) to ``tallies``."""
-        from .inputs import dtype_str
-
         for name, r in precise.items():
             if name not in orig or name not in fused:
                 continue

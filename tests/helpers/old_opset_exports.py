@@ -59,7 +59,9 @@ def export(name: str, opset: int, path: Path) -> str | None:
     cannot write this opset."""
     import torch
 
-    arch = _arch(name)
+    arch = _arch(name)  # puts the repository on sys.path
+    from models.export_models import Positional
+
     names = list(arch.inputs)
     torch.manual_seed(0)
     model = arch.build().eval()
@@ -72,22 +74,13 @@ def export(name: str, opset: int, path: Path) -> str | None:
     if name.endswith("_fp16"):  # the whole model in half precision, as a fp16 checkpoint exports
         model = model.half()
 
-    class Positional(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, *args):
-            out = self.m(**dict(zip(names, args)), return_dict=False)
-            return tuple(t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor))
-
     args = tuple(torch.from_numpy(v) for v in feeds(name).values())
     axes = {n: {int(k): v for k, v in s["axes"].items()} for n, s in arch.inputs.items()}
     buf = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
             warnings.simplefilter("ignore")
-            torch.onnx.export(Positional(model), args, str(path), dynamo=False, opset_version=opset,
+            torch.onnx.export(Positional(model, names), args, str(path), dynamo=False, opset_version=opset,
                               input_names=names, dynamic_axes=axes, do_constant_folding=True)
     except Exception as e:  # noqa: BLE001 - torch cannot write this opset: say why in one line
         return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160]}" if str(e).strip() else type(e).__name__

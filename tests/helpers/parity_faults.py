@@ -36,8 +36,7 @@ from onnx import AttributeProto, helper, numpy_helper
 
 from gelu_onnx import contract as C
 from gelu_onnx.fusion.match import single_op as native
-from gelu_onnx.fusion.rewrite.emit import default_opset
-from gelu_onnx.fusion.targets import make_function
+from gelu_onnx.fusion.targets import default_opset, make_function
 
 KINDS = ("wrong_input", "drop_bias", "double_bias", "erf_as_tanh", "quick_alpha_one")
 MS = C.MS_DOMAIN

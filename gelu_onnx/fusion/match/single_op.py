@@ -19,7 +19,6 @@ legacy_nodes): a GELU in one node too.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
@@ -29,7 +28,7 @@ from ... import contract as C
 from ..index.graph import GraphIndex, tensor_value
 from ..report import Match, Code, NearMiss
 from .bias import const_dims, last_dim
-from ..rewrite.emit import emit_after_add, emit_nodes
+from ..rewrite.emit import emit_after_add, write
 
 
 def _attr(node: NodeProto, name: str):
@@ -189,24 +188,20 @@ def _bias_misfit(idx: GraphIndex, b: str, x: str):
     return None
 
 
-def already_target(m: Match, em, use_bias: bool) -> bool:
+def already_target(m: Match, em: Emission, use_bias: bool) -> bool:
     """The node is exactly what the target would write for it."""
     n = m.single_op
-    if n is None or (n.domain or "") != em.domain or n.op_type != em.op_type or use_bias != m.bias_inside:
+    if n is None or len(em.nodes) != 1 or use_bias != m.bias_inside:
+        return False
+    op = em.nodes[0]
+    if (n.domain or "") != op.domain or n.op_type != op.op_type:
         return False
     return m.form != "sigmoid" or _attr(n, "alpha") in (..., m.alpha)
 
 
-def emit(idx: GraphIndex, m: Match, em, compute_type: int, use_bias: bool, names) -> list[NodeProto]:
-    """The replacement for a single-op GELU. A bias inside the old node that
-    the target's op cannot take becomes an Add in front."""
-    if not m.bias_inside or use_bias:
-        return emit_nodes(idx, m, em, compute_type, use_bias, names)
-    return emit_after_add(idx, m, m.bias, em, compute_type, names)
-
-
 if TYPE_CHECKING:
-    from ..rewrite.emit import Emission, NameGen
+    from ..rewrite.emit import NameGen
+    from ..targets import Emission
 
 OP_TYPE = "CustomGeluPluginDynamic"
 _TYPE_IDS = {0: TensorProto.FLOAT, 1: TensorProto.FLOAT16}
@@ -260,15 +255,15 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
     return m, bias, None
 
 
-def legacy_nodes(idx: GraphIndex, m: Match, bias: np.ndarray | None, em: Emission, compute_type: int,
-                 names: NameGen) -> list[NodeProto]:
+def legacy_nodes(m: Match, bias: np.ndarray | None, em: Emission, compute_type: int, names: NameGen,
+                 graph) -> list[NodeProto]:
     """Replacement nodes; the bias becomes a 1-D initializer of X's type,
-    the op's second input where the op takes it (em.inputs_bias)."""
+    read by the emission where it takes the bias (em.inputs_bias), else
+    added in front."""
     if bias is None:
-        return emit_nodes(idx, m, em, compute_type, False, names)
+        return write(em, m.leaf, None, m, compute_type, names, graph)
     bname = names(f"{m.root}_bias")
-    idx.graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
+    graph.initializer.append(numpy_helper.from_array(bias.astype(C.np_dtype(m.leaf_type)), bname))
     if em.inputs_bias:
-        return emit_nodes(idx, replace(m, bias=bname, bias_input=m.leaf), em, compute_type, True, names)
-    # the target's op takes no bias: Add in front, then the op
-    return emit_after_add(idx, m, bname, em, compute_type, names)
+        return write(em, m.leaf, bname, m, compute_type, names, graph)
+    return emit_after_add(m, bname, em, compute_type, names, graph)

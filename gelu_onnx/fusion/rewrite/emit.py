@@ -4,57 +4,34 @@ removed GELU spellings used dropped; nothing else is touched."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
 from itertools import chain
 
-from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper
+import numpy as np
+from onnx import AttributeProto, NodeProto, TensorProto, helper
 
 from ... import contract as C
-from ...onnxio.walk import subgraphs, walk_graphs
+from ...onnxio.walk import subgraphs
 from ..match.bias import bias_initializer
 from ..report import Match
-
-
-@dataclass
-class Emission:
-    """The op one match becomes (before any dtype Casts)."""
-
-    domain: str
-    op_type: str
-    inputs_bias: bool  # whether the op takes the bias as its second input
-    attrs: dict
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.domain}.{self.op_type}" if self.domain else self.op_type
+from ..targets import Emission
 
 
 class NameGen:
     """Unique node/tensor names across the whole model: none that a node,
     a node input or output, an initializer, a graph input or a typed
     value_info has (a declaration of a name no node makes is valid, and
-    would give a new tensor of that name its type). ``indexes`` (the plan's
-    GraphIndex of every graph, taken before any change) answer that without
-    a walk over the model."""
+    would give a new tensor of that name its type), read from ``indexes``
+    (the plan's GraphIndex of every graph, taken before any change), nor
+    one given before."""
 
-    def __init__(self, model: ModelProto, indexes=None):
+    def __init__(self, indexes):
         self.used: set[str] = set()
         self.indexes = indexes
-        if indexes is not None:
-            return
-        for g in walk_graphs(model.graph):
-            nodes = list(g.node)
-            self.used.update([n.name for n in nodes])
-            self.used.update(chain.from_iterable([n.output for n in nodes]))
-            self.used.update(chain.from_iterable([n.input for n in nodes]))
-            self.used.update([t.name for t in g.initializer])
-            self.used.update([i.name for i in g.input])
-            self.used.update([v.name for v in g.value_info])
 
     def _taken(self, name: str) -> bool:
         return name in self.used or any(
             name in ix.producer or name in ix.consumers or name in ix.initializers or name in ix.graph_inputs
-            or name in ix.value_types or name in ix.node_names() for ix in self.indexes or ())
+            or name in ix.value_types or name in ix.node_names() for ix in self.indexes)
 
     def __call__(self, base: str) -> str:
         name, k = base, 0
@@ -65,34 +42,61 @@ class NameGen:
         return name
 
 
-def emit_nodes(idx, m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen) -> list[NodeProto]:
-    """The replacement for one region of the graph ``idx`` indexes: [Cast] → op → [Cast], writing m.root."""
+def emit_nodes(idx, m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen,
+               dead: set) -> list[NodeProto]:
+    """The replacement for the GELU ``m`` of graph ``idx``; with ``use_bias``
+    its bias Add is folded in (a bias initializer that becomes unread goes to
+    ``dead``). A bias inside a single-op GELU that ``em`` does not take
+    becomes an Add in front."""
+    if use_bias:
+        return write(em, m.bias_input, _bias_1d(idx, m, names, dead), m, compute_type, names, idx.graph)
+    if m.bias_inside:
+        return emit_after_add(m, m.bias, em, compute_type, names, idx.graph)
+    return write(em, m.leaf, None, m, compute_type, names, idx.graph)
+
+
+def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: NameGen, graph) -> list[NodeProto]:
+    """Add(x, bias) written out, then ``em`` without a bias: for a bias the
+    target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
+    biased = names(f"{m.leaf}_biased")
+    add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
+    return [add] + write(em, biased, None, m, compute_type, names, graph)
+
+
+def write(em: Emission, x: str, bias: str | None, m: Match, compute_type: int, names: NameGen,
+          graph) -> list[NodeProto]:
+    """``em`` as nodes reading ``x`` (of m's input type) and the 1-D ``bias``,
+    writing m.root (of m's output type): [Cast] -> em's nodes -> [Cast], its
+    constants appended to ``graph``'s initializers; every new name from
+    ``names``."""
     nodes: list[NodeProto] = []
-    x = m.bias_input if use_bias else m.leaf
     if m.leaf_type != compute_type:
         cx = names(f"{x}_cast")
         nodes.append(_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
         x = cx
-    ins = [x, _bias_1d(idx, m, names)] if use_bias else [x]
-    out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
-    nodes.append(_node(em.op_type, ins, [out], names(f"{m.root}_{em.op_type}"), em.domain or None, **em.attrs))
+    local = {"x": x, "bias": bias}
+    for key, value in em.consts.items():
+        v = np.asarray(value, np.float64)
+        local[key] = names(f"{m.root}_{key}")
+        graph.initializer.append(helper.make_tensor(local[key], compute_type, v.shape, v.ravel().tolist()))
+    last = len(em.nodes) - 1
+    for k, n in enumerate(em.nodes):
+        if k < last:
+            out = names(f"{m.root}_{n.output}")
+        else:
+            out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
+        nodes.append(_node(n.op_type, [local[i] for i in n.inputs], [out], names(f"{m.root}_{n.op_type}"),
+                           n.domain or None, **n.attrs))
+        local[n.output] = out
     if out != m.root:
         nodes.append(_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
     return nodes
 
 
-def emit_after_add(idx, m: Match, bias: str, em: Emission, compute_type: int, names: NameGen) -> list[NodeProto]:
-    """Add(x, bias) written out, then the op without a bias: for a bias the
-    target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
-    biased = names(f"{m.leaf}_biased")
-    add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
-    return [add] + emit_nodes(idx, replace(m, leaf=biased), em, compute_type, False, names)
-
-
-def _bias_1d(idx, m: Match, names: NameGen) -> str:
+def _bias_1d(idx, m: Match, names: NameGen, dead: set) -> str:
     """The ops take a 1-D bias: a [1, ..., 1, H] initializer gets a 1-D twin
     (same bytes, new dims) next to the region; the old one, once unread, is
-    removed with the other dead constants (rewrite.graph puts it among them)."""
+    removed with the other dead constants."""
     shape = idx.shape(m.bias)
     if shape is not None and len(shape) <= 1:
         return m.bias
@@ -105,6 +109,7 @@ def _bias_1d(idx, m: Match, names: NameGen) -> str:
     del flat.dims[:]
     flat.dims.append(t.dims[-1])
     idx.graph.initializer.append(flat)
+    dead.add(t.name)
     return flat.name
 
 
@@ -158,15 +163,13 @@ def remove_indices(rep, drop) -> None:
     del rep[last:]
 
 
-def drop_dead_constants(model: ModelProto, candidates: set[str], graphs=None) -> None:
+def drop_dead_constants(candidates: set[str], graphs: list) -> None:
     """Delete Constant/folded nodes and initializers among ``candidates`` (the
-    constants the fused regions read) that nothing reads any more, and then
-    whatever only those read. One walk counts the readers of every name;
-    removals update the counts. ``graphs``: every graph of the model, when
-    the caller has them (the plan does), else they are walked."""
+    constants the fused regions read) that nothing reads any more in
+    ``graphs`` (every graph of the model), and then whatever only those read.
+    One walk counts the readers of every name; removals update the counts."""
     if not candidates:
         return
-    graphs = list(walk_graphs(model.graph)) if graphs is None else list(graphs)
     readers: Counter = Counter()
     for g in graphs:
         readers.update(chain.from_iterable([n.input for n in g.node]))
@@ -203,38 +206,15 @@ def drop_dead_constants(model: ModelProto, candidates: set[str], graphs=None) ->
         remove_indices(g.initializer, drop_inits.get(gi))
 
 
-def drop_stale_value_info(model: ModelProto, graphs=None) -> None:
-    for g in walk_graphs(model.graph) if graphs is None else graphs:
+def drop_stale_value_info(graphs: list) -> None:
+    """Drop the value_info of names no node, input or initializer defines any more."""
+    for g in graphs:
         if not len(g.value_info):
             continue
         defined = set(chain.from_iterable([n.output for n in g.node]))
         defined.update([i.name for i in g.input])
         defined.update([t.name for t in g.initializer])
         remove_indices(g.value_info, {k for k, vi in enumerate(g.value_info) if vi.name not in defined})
-
-
-def ensure_opset(model: ModelProto, domain: str, version: int) -> None:
-    for imp in model.opset_import:
-        if imp.domain == domain:
-            return
-    model.opset_import.append(helper.make_opsetid(domain, version))
-
-
-def default_opset(model: ModelProto) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
-
-
-def add_functions(model: ModelProto, funcs) -> None:
-    have = {(f.domain, f.name) for f in model.functions}
-    for f in funcs:
-        if (f.domain, f.name) not in have:
-            model.functions.append(f)
-    if model.ir_version < C.MIN_IR_FOR_FUNCTIONS:
-        model.ir_version = C.MIN_IR_FOR_FUNCTIONS
-
 
 
 def drop_unused_functions(model) -> None:

@@ -1,8 +1,7 @@
 """The rewrite of a graph the native scanner read, at the byte level: the
 output's nodes are the input's node fields that stay, copied as bytes, with
-each fused region's replacement (rewrite.emit_nodes, single_op.emit,
-single_op.legacy_nodes) where its last node was; the graph's node list is
-then replaced in one parse.
+each fused region's replacement (rewrite.emit_nodes, single_op.legacy_nodes)
+where its last node was; the graph's node list is then replaced in one parse.
 """
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from .emit import emit_nodes, remove_indices
 from ...onnxio.format import len_field
 from ..report import record
 from ..match import single_op
-from ..match.bias import bias_initializer
 
 
 def rewrite_graph(g, names, res, dead: set, tidy: bool = True) -> None:
@@ -37,17 +35,12 @@ def _emit_all(g, names, dead: set) -> list:
     for s in g.selected:
         mt, c = s.match, s.candidate
         if c.legacy:
-            nodes = single_op.legacy_nodes(idx, mt, c.legacy_bias, s.emission, s.compute_type, names)
+            nodes = single_op.legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph)
             removed = list(mt.nodes)
         else:
-            emit = single_op.emit if mt.single_op is not None else emit_nodes
-            nodes = emit(idx, mt, s.emission, s.compute_type, s.use_bias, names)
+            nodes = emit_nodes(idx, mt, s.emission, s.compute_type, s.use_bias, names, dead)
             removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
             dead.update(mt.consts)
-            if s.use_bias:  # a [1, ..., 1, H] bias the op now reads as a 1-D twin: dropped once unread
-                init = bias_initializer(idx, mt)
-                if init is not None:
-                    dead.add(init.name)
         edits.append((max(mt.nodes), b"".join(len_field(n.SerializeToString()) for n in nodes), removed))
         read.extend(x for n in nodes for x in n.input if x)
         written.extend(x for n in nodes for x in n.output if x)

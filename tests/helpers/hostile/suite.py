@@ -17,6 +17,6 @@ to a builder taking the case's empty folder and returning the Attack."""
 from __future__ import annotations
 
 from helpers.hostile import corpus, environment, faults, inputs, paths, runtime, structure  # noqa: F401 - each registers its cases
-from helpers.hostile.cases import CASES, ROOT_ONLY
+from helpers.hostile.cases import CASES, OPT_IN, ROOT_ONLY
 
-__all__ = ["CASES", "ROOT_ONLY"]
+__all__ = ["CASES", "OPT_IN", "ROOT_ONLY"]
