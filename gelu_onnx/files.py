@@ -16,7 +16,6 @@ passed -> commit, or roll back so every pre-existing file is as it was.
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib.util
 import os
 import stat
@@ -140,7 +139,7 @@ def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False)
     if same_file(src, dst) and not overwrite_input:
         raise InputError(f"{dst} is the input file; refusing to overwrite it (pass --overwrite-input)")
     onnxio.check_output_path(dst, src, overwrite_input)  # before any work (the write checks again)
-    with _opened(src) as (loaded, skel), _no_cycle_collection():
+    with _opened(src) as (loaded, skel):
         quick = _quick_check(loaded, skel)
         if not quick:
             check_input(loaded, src, skel)
@@ -212,20 +211,6 @@ def check_input(loaded, src, skeleton=None) -> None:
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{src}: the input model fails onnx.checker: {_one_line(first)}") from None
-
-
-@contextlib.contextmanager
-def _no_cycle_collection():
-    """The fuse pass makes millions of small lists and sets and no reference
-    cycles to speak of: Python's cycle collector would walk them again and
-    again for nothing (about a tenth of the time on big graphs)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _quick_check(loaded, skel) -> bool:

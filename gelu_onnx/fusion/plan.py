@@ -108,37 +108,36 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
     if not getattr(table, "lazy", False) or table.graph is not model.graph:
         table = _table(model.graph, scanned_table, model, may_sort)
     out: list[GraphPlan] = []
-    inferred = InferredShapes(model)  # runs only when an undeclared shape is asked for
-
-    def visit(graph, tbl, parent, path):
-        idx = GraphIndex(graph, tbl, parent, path, base_dir)
-        idx.inferred = inferred
-        for i in idx.nested:
-            node = idx.nodes[i]
-            for attr, sub in subgraphs(node):
-                label = node.name or f"{node.op_type}#{i}"
-                visit(sub, _table(sub, subgraph_table, sub, may_sort), idx,
-                      f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
-        matches, misses = find_matches(idx)
-        # GELUs that are one node (match/single_op), searched for only in a graph
-        # with an op type holding "Gelu" (each of theirs does: tests/test_native.py)
-        one_node = any("Gelu" in k for k in idx.arrays.kind_ids)
-        ones, one_misses = single_op.find_native(idx) if one_node else ([], [])
-        misses += one_misses
-        for m in matches:
-            idx.region_inputs[m.root] = [m.leaf, *sorted(m.consts)]
-        for m in matches + ones:
-            if not m.bias_inside:
-                find_bias(m)
-        legacy, legacy_misses = single_op.find_legacy(idx) if one_node else ([], [])
-        cands = ([Candidate(m, order=(0, m.anchor)) for m in matches]
-                 + [Candidate(m, order=(1, k)) for k, m in enumerate(ones)]
-                 + [Candidate(m, True, b, order=(2, k)) for k, (m, b) in enumerate(legacy)])
-        out.append(GraphPlan(idx, cands, misses + legacy_misses))
-
-    visit(model.graph, table, None, "")
-    visit = None  # a recursive closure is a reference cycle (holding `out`): no cycle collector runs during a fuse
+    # one bias.InferredShapes per model: runs only when an undeclared shape is asked for
+    _plan_graph(model.graph, table, None, "", base_dir, InferredShapes(model), may_sort, out)
     return Plan(out, default_opset(model))
+
+
+def _plan_graph(graph, tbl, parent, path, base_dir, inferred, may_sort, out: list) -> None:
+    """One graph's GraphPlan appended to ``out``, after its If/Loop/Scan bodies'."""
+    idx = GraphIndex(graph, tbl, parent, path, base_dir)
+    idx.inferred = inferred
+    for i in idx.nested:
+        node = idx.nodes[i]
+        for attr, sub in subgraphs(node):
+            label = node.name or f"{node.op_type}#{i}"
+            _plan_graph(sub, _table(sub, subgraph_table, sub, may_sort), idx,
+                        f"{path}/{label}/{attr}" if path else f"{label}/{attr}", base_dir, inferred, may_sort, out)
+    matches, misses = find_matches(idx)
+    # GELUs that are one node (match/single_op), searched for only in a graph
+    # with an op type holding "Gelu" (each of theirs does: tests/test_native.py)
+    one_node = any("Gelu" in k for k in idx.arrays.kind_ids)
+    ones, one_misses = single_op.find_native(idx) if one_node else ([], [])
+    misses += one_misses
+    for m in matches:
+        idx.region_inputs[m.root] = [m.leaf, *sorted(m.consts)]
+    matches = [find_bias(idx, m) for m in matches]
+    ones = [m if m.bias_inside else find_bias(idx, m) for m in ones]
+    legacy, legacy_misses = single_op.find_legacy(idx) if one_node else ([], [])
+    cands = ([Candidate(m, order=(0, m.anchor)) for m in matches]
+             + [Candidate(m, order=(1, k)) for k, m in enumerate(ones)]
+             + [Candidate(m, True, b, order=(2, k)) for k, (m, b) in enumerate(legacy)])
+    out.append(GraphPlan(idx, cands, misses + legacy_misses))
 
 
 class _Unsorted(Exception):
@@ -341,10 +340,6 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
     for g in plan.graphs:  # inner graphs first: a parent then writes its nodes' new bodies
         if g.selected:
             rewrite_graph(g, names, res, dead, tidy=not nested)
-        # the index's matches point back at it (Match.index): with no cycle
-        # collector during a fuse (files._no_cycle_collection) that cycle
-        # would keep the graph's arrays alive while the checkers run
-        g.index.region_inputs = {}
     if not res.fusions:
         return
     if nested:  # names cross scopes: dead constants and stale value_info over every graph

@@ -90,21 +90,23 @@ class NearMiss:
                 "form": self.form, "gelu_like": self.gelu_like}
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Match:
-    index: GraphIndex
+    """A GELU found in one graph, as names and node positions of that graph
+    (the GraphPlan that holds it has the graph's GraphIndex)."""
+
     anchor: int
     root: str
     leaf: str
-    nodes: list[int]
-    consts: set[str]
+    nodes: tuple[int, ...]
+    consts: frozenset[str]
     form: str
     alpha: float | None
     leaf_type: int
     root_type: int
     precision: str
     error: float
-    # Bias Add in front (x = Add(h, b)): filled by find_bias.
+    # Bias Add in front (x = Add(h, b)): a copy with these set by find_bias.
     bias: str | None = None
     bias_input: str | None = None
     bias_node: int | None = None
@@ -113,10 +115,20 @@ class Match:
     single_op: NodeProto | None = None
     bias_inside: bool = False
     # The numeric check's key (fusion.match.numeric.region_key: the region's
-    # structure and constants, without names), and whether a node outside
-    # the region reads an inner tensor (a type-only CastLike); None: not known.
+    # structure and constants, without names); None for a single-op GELU.
     key: tuple | None = None
-    shared: bool | None = None
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """The matcher's answer for one anchor: the match, or the near-miss
+    saying why there is none (its code, reason and distance from a GELU)."""
+
+    match: Match | None = None
+    miss: NearMiss | None = None
+
+    def __bool__(self) -> bool:
+        return self.match is not None
 
 
 @dataclass(kw_only=True)

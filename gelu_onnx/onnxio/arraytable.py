@@ -223,7 +223,8 @@ class ArrayTable:
         self.domains: list[str] = strings[s.node_dom].tolist()
         nodes = graph.node
         self.nodes = LazyList(n, nodes.__getitem__)
-        self.labels = LazyList(n, lambda i: self.names[int(s.node_name[i])])
+        names = self.names  # not self: a closure over the table would be a reference cycle
+        self.labels = LazyList(n, lambda i: names[int(s.node_name[i])])
         self.ins = NameLists(s.node_in_off, s.in_ids, self.names)
         self.outs = NameLists(s.node_out_off, s.out_ids, self.names)
         self.with_subgraphs: list[int] = np.flatnonzero(s.node_flags & NF_SUBGRAPH).tolist()

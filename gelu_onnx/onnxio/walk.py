@@ -45,20 +45,21 @@ def walk_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
 
 def iter_graphs(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.GraphProto]]:
     """Every graph with its path ('' = main, 'If_0/then_branch' ...), functions' subgraphs included."""
-
-    def walk(g, path):
-        yield path, g
-        for i, n in enumerate(g.node):
-            if not n.attribute:  # most nodes have none: skip the generator
-                continue
-            for attr, sg in subgraphs(n):
-                yield from walk(sg, f"{path}/{n.name or f'#{i}'}/{attr}".lstrip("/"))
-
-    yield from walk(model.graph, "")
+    yield from _with_paths(model.graph, "")
     for f in model.functions:
         for i, n in enumerate(f.node):
             for attr, sg in subgraphs(n):
-                yield from walk(sg, f"{f.domain}.{f.name}/{n.name or f'#{i}'}/{attr}")
+                yield from _with_paths(sg, f"{f.domain}.{f.name}/{n.name or f'#{i}'}/{attr}")
+
+
+def _with_paths(g, path):
+    # module level, not a closure: a recursive closure is a reference cycle
+    yield path, g
+    for i, n in enumerate(g.node):
+        if not n.attribute:  # most nodes have none: skip the generator
+            continue
+        for attr, sg in subgraphs(n):
+            yield from _with_paths(sg, f"{path}/{n.name or f'#{i}'}/{attr}".lstrip("/"))
 
 
 def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:

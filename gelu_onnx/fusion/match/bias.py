@@ -9,6 +9,8 @@ Reshape, a DequantizeLinear or a hand-built model without value_info in front).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from onnx import ModelProto, TensorProto, shape_inference
 
@@ -81,9 +83,9 @@ def _infer(model: ModelProto) -> dict:
     return out
 
 
-def bias_initializer(m: Match):
+def bias_initializer(idx: GraphIndex, m: Match):
     """The TensorProto behind a [1, ..., 1, H] bias (find_bias accepted it)."""
-    return find_initializer(m.index, _through_identity(m.index, m.bias))
+    return find_initializer(idx, _through_identity(idx, m.bias))
 
 
 def find_initializer(idx: GraphIndex, name: str):
@@ -96,19 +98,19 @@ def find_initializer(idx: GraphIndex, name: str):
     return None
 
 
-def find_bias(m: Match) -> None:
-    """x = Add(h, b) with b a constant over x's last dim → bias: 1-D, or
-    [1, ..., 1, H] when that cannot widen h (h's rank is known and at least
-    b's: a [1, 1, H] bias on a rank-3 activation, as exporters write it)."""
-    idx = m.index
+def find_bias(idx: GraphIndex, m: Match) -> Match:
+    """``m`` with its bias, when x = Add(h, b) with b a constant over x's
+    last dim: 1-D, or [1, ..., 1, H] when that cannot widen h (h's rank is
+    known and at least b's: a [1, 1, H] bias on a rank-3 activation, as
+    exporters write it); else ``m`` itself."""
     p = idx.producer.get(m.leaf)
     if p is None or m.leaf in idx.graph_outputs:
-        return
+        return m
     node = idx.node(p)
     if node.op_type != "Add" or not is_default_domain(node) or len(node.input) != 2:
-        return
+        return m
     if any(c not in m.nodes for c in idx.consumers.get(m.leaf, [])):
-        return
+        return m
     for b, h in ((node.input[1], node.input[0]), (node.input[0], node.input[1])):
         dims = const_dims(idx, b)
         if dims is None or idx.constant(h) is not None or const_dims(idx, h) is not None:
@@ -125,8 +127,8 @@ def find_bias(m: Match) -> None:
                 if flat is None:
                     continue
         if last_dim(idx, h) == dims[-1]:
-            m.bias, m.bias_input, m.bias_node = flat, h, p
-            return
+            return replace(m, bias=flat, bias_input=h, bias_node=p)
+    return m
 
 
 def last_dim(idx: GraphIndex, name: str):

@@ -23,7 +23,7 @@ import numpy as np
 from ... import contract as C
 from . import numeric
 from .bias import find_initializer
-from ..report import Code, Match, NearMiss
+from ..report import Code, Match, MatchResult, NearMiss
 from ..index.graph import GraphIndex, is_scalar, scalar_const, tensor_value
 from ..ops import ANCHOR_OPS, DEFAULT_DOMAINS, ELEMENTWISE, OPS
 from .numeric import (PROBE, checked_region, classify, evaluate, intermediate_violation, region_key, region_precision,
@@ -44,7 +44,6 @@ class Cone:
     nodes: set[int] = field(default_factory=set)
     sources: list[str] = field(default_factory=list)
     consts: set[str] = field(default_factory=set)
-    overridable: list[str] = field(default_factory=list)
     truncated: bool = False
 
 
@@ -95,8 +94,6 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
         p = idx.producer.get(t)
         k = 0 if p is None else _node_class(idx, p)
         if k == 0 or (anchor is not None and p != anchor and idx.ops[p] in ANCHOR_OPS):
-            if idx.is_overridable(t):
-                cone.overridable.append(t)
             cone.sources.append(t)
             if fail_fast:
                 return cone
@@ -120,7 +117,9 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
     with an input that no region can hold: not one of ``leaves``, not a
     scalar constant, and not made by an elementwise node (or made by another
     anchor). Every cone through that node has such a source, so no tensor
-    past it can be a root; the others keep their order."""
+    past it can be a root (its cone would fail the search's first test);
+    the others keep their order (the walk past that node only marks such
+    tensors seen)."""
     out = idx.outs[anchor][0]
     found: list[tuple[int, str]] = []
     frontier = [(out, 0)]
@@ -137,7 +136,7 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
             if o in seen:
                 continue
             seen.add(o)
-            if leaves is not None and any(bad_source(idx, x, anchor, leaves) for x in idx.ins[c]):
+            if leaves is not None and any(_bad_source(idx, x, anchor, leaves) for x in idx.ins[c]):
                 continue
             found.append((d + 1, o))
             frontier.append((o, d + 1))
@@ -145,7 +144,7 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
     return [t for _, t in found]
 
 
-def bad_source(idx: GraphIndex, t: str, anchor: int, leaves: frozenset[str] = frozenset()) -> bool:
+def _bad_source(idx: GraphIndex, t: str, anchor: int, leaves: frozenset[str]) -> bool:
     """A tensor where every cone that reaches it (and does not stop there)
     ends with a source: no scalar constant, not in ``leaves``, and not made
     by an elementwise node (or made by another anchor)."""
@@ -195,130 +194,13 @@ def find_leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str]):
 
 # --- the search: regions found, checked, explained ---------------------------------------
 
-def match_anchor(idx: GraphIndex, anchor: int):
-    """Match one anchor. Returns (Match, None) or (None, NearMiss)."""
-    m = _fast_match(idx, anchor)
-    if m is not None:
-        return m, None
-    return _match_or_explain(idx, anchor)
-
-
-def _fast_match(idx: GraphIndex, anchor: int) -> Match | None:
-    """The Match _match_or_explain returns for this anchor, found with less
-    work, or None (then _match_or_explain runs and says why). Exactly the
-    same roots are tried in the same order, less those that cannot pass
-    (root_candidates with ``leaves``), and the leaf search starts from what
-    the root's cone saw: when the cone cut at the leaf candidates has one
-    source s, cutting at s alone gives the same cone, and a candidate before
-    s that is computed from s cannot be reached from the root (every path to
-    it would pass s, above which it does not lie), so it cannot be the leaf.
-    Everything that decides whether a region is fused runs unchanged."""
-    candidates = leaf_candidates(idx, anchor)
-    cand_set = frozenset(candidates)
-    for root in root_candidates(idx, anchor, cand_set):
-        pre = cone(idx, root, cand_set, anchor, fail_fast=True)
-        if pre.truncated or anchor not in pre.nodes or not set(pre.sources) <= cand_set:
-            continue
-        leaf, sub = _leaf(idx, root, anchor, candidates, pre)
-        if leaf is None:
-            continue
-        nodes = sorted(sub.nodes)
-        if sum(idx.ops[i] in ANCHOR_OPS for i in nodes) != 1:
-            continue
-        key = region_key(idx, anchor, nodes, leaf, root, sub.consts)
-        chk = checked_region(idx, anchor, nodes, leaf, root, sub.consts, key)
-        if chk is None:
-            continue
-        readers: list[int] = []
-        if chk.error > chk.tolerance or chk.note or intermediate_violation(idx, nodes, root, sub.consts, readers):
-            continue
-        return _match(idx, anchor, root, leaf, nodes, sub.consts, chk, key=key, shared=bool(readers))
-    return None
-
-
-def _match(idx: GraphIndex, anchor: int, root: str, leaf: str, nodes: list[int], consts, chk, **extra) -> Match:
-    """The Match of a region that passed the numeric check ``chk`` (a numeric.Check)."""
-    return Match(index=idx, anchor=anchor, root=root, leaf=leaf, nodes=nodes, consts=set(consts), form=chk.form,
-                 alpha=chk.alpha, leaf_type=chk.leaf_type, root_type=chk.root_type, precision=chk.precision,
-                 error=chk.error, **extra)
-
-
-def _leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str], pre):
-    """find_leaf's answer, knowing ``pre``: the root's cone cut at every
-    candidate, which passed. Candidates are taken in find_leaf's order; a
-    candidate t passes iff the cone cut at t alone has t as its only source.
-    That cone walks where ``pre`` walked and on past pre's other sources.
-    - t computed from a source s != t whose walk meets a foreign source at
-      once (_stuck) fails: the walk passes s and never finds t above it;
-    - t a source of pre, each other source made by one node from t and
-      scalar constants: the cone is pre plus those nodes (_widened);
-    - any other t: find_leaf's own test."""
-    sources = pre.sources
-    below = None
-    for t in candidates:
-        if len(sources) == 1 and t == sources[0]:
-            return t, pre  # cutting at s alone: the same walk
-        if below is None:
-            stuck = [s for s in sources if _stuck(idx, s, anchor)]
-            below = _computed_from(idx, pre.nodes, candidates, stuck) if stuck else set()
-        if t in below:
-            continue
-        sub = _widened(idx, pre, t, anchor) if t in sources else None
-        if sub is None:
-            sub = cone(idx, root, frozenset([t]), anchor, fail_fast=True)
-        if sub.sources == [t] and anchor in sub.nodes and not sub.truncated:
-            return t, sub
-    return None, None
-
-
-def _stuck(idx: GraphIndex, s: str, anchor: int) -> bool:
-    """Whether a cone walking on past ``s`` (not a stop) meets a source at s
-    or at one of its producer's inputs: then it cannot end at the leaf."""
-    if bad_source(idx, s, anchor):
-        return True
-    return any(bad_source(idx, u, anchor) for u in idx.ins[idx.producer[s]])
-
-
-def _computed_from(idx: GraphIndex, nodes, candidates: list[str], sources: list[str]) -> set[str]:
-    """Tensors computed from one of ``sources`` by ``nodes`` and the
-    candidates' producers. Nodes in index order: topological in a valid graph
-    (in any other order fewer are found, and fewer candidates skipped)."""
-    below = set(sources)
-    made = {idx.producer[t] for t in candidates if t in idx.producer}
-    for i in sorted(made.union(nodes)):
-        if any(x in below for x in idx.ins[i]):
-            below.update(idx.outs[i])
-    return below - set(sources)
-
-
-def _widened(idx: GraphIndex, pre, t: str, anchor: int):
-    """The cone cut at ``t`` alone when each other source of ``pre`` is made
-    by one elementwise node (not another anchor) from t and scalar
-    constants, within the node limit; None otherwise (walk it)."""
-    nodes, consts = set(pre.nodes), set(pre.consts)
-    for s in pre.sources:
-        if s == t:
-            continue
-        p = idx.producer.get(s)
-        if p is None or not region_node_ok(idx, p) or (p != anchor and idx.ops[p] in ANCHOR_OPS):
-            return None
-        for u in idx.ins[p]:
-            if u == t:
-                continue
-            if scalar_const(idx, u) is None:
-                return None
-            consts.add(u)
-        nodes.add(p)
-    if len(nodes) > MAX_REGION_NODES:
-        return None
-    return Cone(nodes, [t], consts, list(pre.overridable), False)
-
-
-def _match_or_explain(idx: GraphIndex, anchor: int):
-    """The whole search: the match, or the near-miss with its reason."""
+def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
+    """The one search for one anchor: every root candidate, farthest first,
+    with its leaf and numeric check (cached by region structure); the first
+    region that passes every rule is the match. Without one, the reasons
+    gathered on the way (and, for roots with no single x, _diagnose) say
+    why, the most specific first."""
     anode = idx.node(anchor)
-    aname = anode.name or f"{anode.op_type}#{anchor}"
-    guess = OPS[anode.op_type].family
     reasons: list[tuple[int, Code, str, float | None]] = []  # (priority, code, reason, distance from a GELU)
 
     def miss(code, reason, error=None):
@@ -326,9 +208,9 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
 
     candidates = leaf_candidates(idx, anchor)
     cand_set = frozenset(candidates)
-    unexplained: list[str] = []
+    with_leaf: set[str] = set()
     rough: list = []  # regions that failed the 3-point pre-check
-    for root in root_candidates(idx, anchor):
+    for root in root_candidates(idx, anchor, cand_set):
         # Cheap filter: a root whose cone reaches a source outside the
         # anchor's upstream can have no leaf.
         pre = cone(idx, root, cand_set, anchor, fail_fast=True)
@@ -336,12 +218,13 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
         if not pre.truncated and anchor in pre.nodes and set(pre.sources) <= cand_set:
             leaf, sub = find_leaf(idx, root, anchor, candidates)
         if leaf is None:
-            unexplained.append(root)
             continue
+        with_leaf.add(root)
         nodes = sorted(sub.nodes)
-        if sum(idx.node(i).op_type in ANCHOR_OPS for i in nodes) != 1:
+        if sum(idx.ops[i] in ANCHOR_OPS for i in nodes) != 1:
             continue
-        chk = checked_region(idx, anchor, nodes, leaf, root, sub.consts)
+        key = region_key(idx, anchor, nodes, leaf, root, sub.consts)
+        chk = checked_region(idx, anchor, nodes, leaf, root, sub.consts, key)
         if chk is None:
             rough.append((root, leaf, nodes, sub))
             continue
@@ -357,7 +240,10 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
         if v:
             miss(*v)
             continue
-        return _match(idx, anchor, root, leaf, nodes, sub.consts, chk), None
+        return MatchResult(Match(anchor=anchor, root=root, leaf=leaf, nodes=tuple(nodes),
+                                 consts=frozenset(sub.consts), form=chk.form, alpha=chk.alpha,
+                                 leaf_type=chk.leaf_type, root_type=chk.root_type, precision=chk.precision,
+                                 error=chk.error, key=key))
     if not reasons and rough:
         # Say how far the closest candidate region is from a GELU.
         best = None
@@ -374,7 +260,9 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
     # Would a root be a GELU if its other sources were x, or if its
     # overridable / [1,1]-shaped constants were plain scalars? Then that is
     # exactly why it was not fused. Only near-misses pay for this.
-    for root in unexplained:
+    for root in root_candidates(idx, anchor):  # the roots the search pruned too, in the walk's order
+        if root in with_leaf:
+            continue
         d = _diagnose(idx, anchor, root)
         if d:
             miss(*d)
@@ -383,7 +271,8 @@ def _match_or_explain(idx: GraphIndex, anchor: int):
                         f"{anode.op_type} is not part of an elementwise x*f(x) GELU spelling", None))
     reasons.sort(key=lambda r: r[0])
     _, code, reason, error = reasons[0]
-    return None, NearMiss(idx.path, aname, code, reason, guess, error)
+    aname = anode.name or f"{anode.op_type}#{anchor}"
+    return MatchResult(miss=NearMiss(idx.path, aname, code, reason, OPS[anode.op_type].family, error))
 
 
 def _diagnose(idx: GraphIndex, anchor: int, root: str):
@@ -456,9 +345,10 @@ def find_matches(idx: GraphIndex):
     for i, op in enumerate(idx.ops):
         if op not in ANCHOR_OPS or idx.domains[i] not in DEFAULT_DOMAINS or i in claimed:
             continue
-        m, miss = match_anchor(idx, i)
+        res = match_anchor(idx, i)
+        m = res.match
         if m is None:
-            misses.append(miss)
+            misses.append(res.miss)
             continue
         if claimed.intersection(m.nodes):
             continue

@@ -89,7 +89,7 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     for key, whats in members.items():
         tx, troot, rank = classes[key]
         for w in whats:
-            gone[w.nodes] = True
+            gone[list(w.nodes)] = True
             inserts.append((max(w.nodes), 0, _single(w, tx, troot, zero(tx, rank), fresh)))
     for last, x, root, key in firsts:
         tx, troot, rank = classes[key]
@@ -166,8 +166,6 @@ def self_contained(idx, mt) -> bool:
     inner = [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
     if len(idx.graph.value_info) and any(o in idx.value_types for o in inner):
         return False
-    if mt.shared is not None:
-        return not mt.shared
     return all(c in region for o in inner for c in idx.consumers.get(o, ()))
 
 

@@ -100,7 +100,7 @@ def _bias_1d(idx, m: Match, names: NameGen, dead: set) -> str:
     shape = idx.shape(m.bias)
     if shape is not None and len(shape) <= 1:
         return m.bias
-    t = bias_initializer(m)
+    t = bias_initializer(idx, m)
     if t is None or len(t.dims) <= 1:
         return m.bias
     flat = TensorProto()
