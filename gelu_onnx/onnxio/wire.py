@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..libs import find, reinstall_command
-from .format import len_field
+from .format import ELEM_BITS, KNOWN_TYPES, elem_bits, len_field
 
 LIBRARY = "libgelu_onnx_scan.so"
 ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
@@ -185,6 +185,15 @@ class Scan:
         """The initializers' (``"init_"``) or attribute tensors' (``"at_"``) columns."""
         return TensorColumns(self.arrays, prefix)
 
+    def odd_attributes(self) -> np.ndarray:
+        """The attributes (indices of the attr_* arrays) whose tensors are
+        checked one by one: those the at_* columns show outside the plain
+        case (TensorColumns.plain), and those they leave out (tensors, sparse,
+        t twice)."""
+        loose = (self.attr_flags & NF_TENSOR) != 0
+        loose[self.at_attr] = False
+        return np.sort(np.concatenate([self.at_attr[~self.tensors("at_").plain()], np.flatnonzero(loose)]))
+
     def find(self, name: str) -> int:
         """The id of ``name``, -1 when the model has no such string."""
         b = name.encode("utf-8", "surrogatepass")
@@ -222,6 +231,12 @@ class Scan:
             self._lib.gos_free(h)
 
 
+# Element types whose size is a whole number of bytes: a raw_data length is
+# checked against dims for these in the plain case.
+_BYTE_TYPES = np.array(sorted(t for t, bits in ELEM_BITS.items() if bits % 8 == 0 and t in KNOWN_TYPES))
+_DIM_LIMIT = 1 << 31  # larger dims: products could overflow int64; those tensors are not plain
+
+
 class TensorColumns:
     """One per-tensor column set of a scan (see the module doc) by column
     name: ``dtype``, ``dims`` by ``dims_off``, ``flags``, ``ext``, ``loc``,
@@ -238,6 +253,18 @@ class TensorColumns:
         self.count = np.ones(n, np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             np.multiply.at(self.count, self.owner, self.dims.astype(np.float64))
+
+    def plain(self) -> np.ndarray:
+        """Per tensor, whether it is plainly fine (onnxio.validate.Validator.tensor
+        passes it): a known type, stored inside the file, raw_data no longer
+        than its dims need, no other data field."""
+        bad_dim = np.zeros(self.n, bool)
+        np.logical_or.at(bad_dim, self.owner, (self.dims < 0) | (self.dims >= _DIM_LIMIT))
+        big = bad_dim | ~(self.count < 2.0 ** 52)  # nan too
+        count = np.where(big, 0, self.count)
+        plain = (np.isin(self.dtype, _BYTE_TYPES) & (self.loc == 0) & (self.ext == 0) & ~big
+                 & ((self.flags & (IF_RAW | IF_RAW_TWICE)) == IF_RAW) & (self.typed == 0).all(axis=1))
+        return plain & (self.raw_len <= count * (np.maximum(elem_bits(self.dtype), 0) // 8))
 
 
 def raw_scan(data: bytes) -> Scan | None:
