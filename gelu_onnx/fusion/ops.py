@@ -1,7 +1,7 @@
 """The matcher's op vocabulary, one row per op (OPS), read by every stage:
 matcher (arity), numeric (float64 value, the anchors' GELU family, types),
-index.graph (folding constants in their own dtype); graph, shapes, carry and
-replay read the sets derived below. Each op is elementwise on one
+index.graph (folding constants in their own dtype); graph and shapes read
+the sets derived below. Each op is elementwise on one
 non-constant operand plus scalar constants. Adding one: docs/design.md."""
 from __future__ import annotations
 

@@ -23,9 +23,8 @@ from .match.bias import InferredShapes, find_bias
 from .index.graph import GraphIndex
 from .match.matcher import find_matches
 from .match.numeric import wider
-from .match.replay import MatchSet, RegionInputs, replay_bias, replay_matches
 from .report import FuseResult, Match, NearMiss, record
-from .rewrite.setrewrite import rewrite_graph, set_records
+from .rewrite.graph import rewrite_graph
 from .rewrite.emit import (Emission, NameGen, default_opset, drop_dead_constants, drop_stale_value_info,
                            drop_unused_functions)
 from .targets import Target
@@ -71,37 +70,11 @@ class Selected:
 
 
 @dataclass
-class SelectedSet:
-    """A MatchSet (fusion/match/replay.py) the target rewrites, every member
-    alike: the decisions select took on its representative."""
-
-    set: MatchSet
-    compute_type: int
-    emission: Emission
-
-    @property
-    def match(self) -> Match:
-        return self.set.match
-
-    @property
-    def use_bias(self) -> bool:
-        return self.emission.inputs_bias
-
-    def members(self) -> list[Selected]:
-        """Each member as its own Selected (the one-by-one way)."""
-        return [Selected(Candidate(self.set.member(j), order=(0, int(a))), self.compute_type, self.emission)
-                for j, a in enumerate(self.set.anchors.tolist())]
-
-
-@dataclass
 class GraphPlan:
     index: GraphIndex
     candidates: list[Candidate]
     misses: list[NearMiss]
     selected: list[Selected] = field(default_factory=list)
-    # region GELUs carried from one representative each (main graphs without subgraphs)
-    sets: list[MatchSet] = field(default_factory=list)
-    selected_sets: list[SelectedSet] = field(default_factory=list)
 
 
 @dataclass
@@ -112,9 +85,8 @@ class Plan:
     graphs: list[GraphPlan]
     opset: int
 
-    def selected(self) -> list:
-        """Every Selected and SelectedSet (they share what _function_dtypes reads)."""
-        return [s for g in self.graphs for s in [*g.selected, *g.selected_sets]]
+    def selected(self) -> list[Selected]:
+        return [s for g in self.graphs for s in g.selected]
 
 
 def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: bool = True) -> Plan:
@@ -148,15 +120,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
                 label = node.name or f"{node.op_type}#{i}"
                 visit(sub, _table(sub, subgraph_table, sub, may_sort), idx,
                       f"{path}/{label}/{attr}" if path else f"{label}/{attr}")
-        # a main graph without subgraphs: the matcher once per distinct
-        # neighbourhood, its answers carried to the rest (fusion/match/replay.py)
-        replayed = replay_matches(idx)
-        sets: list[MatchSet] = []
-        if replayed is None:
-            matches, misses = find_matches(idx)
-        else:
-            sets, matches, misses = replayed.sets, replayed.singles, replayed.misses
-            idx.region_inputs = RegionInputs(idx, sets)
+        matches, misses = find_matches(idx)
         # GELUs that are one node (match/single_op), searched for only in a graph
         # with an op type holding "Gelu" (each of theirs does: tests/test_native.py)
         one_node = any("Gelu" in k for k in idx.arrays.kind_ids)
@@ -164,19 +128,14 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
         misses += one_misses
         for m in matches:
             idx.region_inputs[m.root] = [m.leaf, *sorted(m.consts)]
-        searched: set[int] = set()  # members the bias replay searched one by one
-        if sets:
-            sets, more = replay_bias(idx, sets)
-            searched = {id(m) for m in more}
-            matches = sorted(matches + more, key=lambda m: m.anchor)
         for m in matches + ones:
-            if not m.bias_inside and id(m) not in searched:
+            if not m.bias_inside:
                 find_bias(m)
         legacy, legacy_misses = single_op.find_legacy(idx) if one_node else ([], [])
         cands = ([Candidate(m, order=(0, m.anchor)) for m in matches]
                  + [Candidate(m, order=(1, k)) for k, m in enumerate(ones)]
                  + [Candidate(m, True, b, order=(2, k)) for k, (m, b) in enumerate(legacy)])
-        out.append(GraphPlan(idx, cands, misses + legacy_misses, sets=sets))
+        out.append(GraphPlan(idx, cands, misses + legacy_misses))
 
     visit(model.graph, table, None, "")
     visit = None  # a recursive closure is a reference cycle (holding `out`): no cycle collector runs during a fuse
@@ -249,18 +208,17 @@ MIN_SAVED_SHARE = 0.25
 
 
 def standins_may_pay(plan: Plan) -> bool:
-    """Whether the main graph's selected regions, with a set member's bias
-    Add, hold MIN_SAVED_SHARE of its nodes: the most a check model can leave
-    out (below it, check_model returns None)."""
+    """Whether the main graph's selected regions hold MIN_SAVED_SHARE of
+    its nodes: the most a check model can leave out (below it, check_model
+    returns None)."""
     g = next(g for g in plan.graphs if g.index.parent is None)
     most = sum(len(s.match.nodes) for s in g.selected)
-    most += sum(len(ss.set) * (len(ss.match.nodes) + 1) for ss in g.selected_sets)
     return most >= MIN_SAVED_SHARE * g.index.arrays.n
 
 
 def expressible(plan: Plan, target: Target) -> bool:
     """Whether the target can express any GELU found (before its opset is raised)."""
-    found = [c.match for g in plan.graphs for c in g.candidates] + [ms.match for g in plan.graphs for ms in g.sets]
+    found = [c.match for g in plan.graphs for c in g.candidates]
     return any(target.unsupported(m.form, wider(m.leaf_type, m.root_type)) is None for m in found)
 
 
@@ -270,11 +228,11 @@ def replaced(plan: Plan, target: Target) -> frozenset[str]:
     select(plan, target, FuseResult(ModelProto(), target.name))
     out: set[str] = set()
     for g in plan.graphs:
-        for s in [*g.selected, *(m for ss in g.selected_sets for m in ss.members())]:
+        for s in g.selected:
             mt = s.match
             nodes = [*mt.nodes, *([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])]
             out.update(o for i in nodes for o in g.index.node(i).output)
-        g.selected, g.selected_sets = [], []
+        g.selected = []
     return frozenset(out)
 
 
@@ -302,13 +260,6 @@ def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]
                 already.append((c.order, what))
             else:
                 g.selected.append(what)
-        for ms in g.sets:
-            kind, what = _decide(idx, Candidate(ms.member(0)), target)
-            if kind == "miss":
-                misses.extend(((0, a), NearMiss(idx.path, idx.label(a), what.code, what.reason, what.form))
-                              for a in ms.anchors.tolist())
-            else:  # a region GELU: never already the target's op
-                g.selected_sets.append(SelectedSet(ms, what.compute_type, what.emission))
         misses.sort(key=lambda kv: kv[0])
         already.sort(key=lambda kv: kv[0])
         res.near_misses.extend(v for _, v in misses)
@@ -338,8 +289,6 @@ def report(plan: Plan, target: Target, res: FuseResult) -> None:
     for g in plan.graphs:
         keyed = [(s.candidate.order, record(g.index, s.match, s.emission.qualified, s.use_bias, s.compute_type))
                  for s in g.selected]
-        for ss in g.selected_sets:
-            keyed.extend(zip([(0, a) for a in ss.set.anchors.tolist()], set_records(g.index, ss)))
         keyed.sort(key=lambda kv: kv[0])
         res.fusions.extend(f for _, f in keyed)
 
@@ -384,7 +333,7 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
     dead: set[str] = set()
     nested = len(plan.graphs) > 1 or bool(plan.graphs[0].index.nested)
     for g in plan.graphs:  # inner graphs first: a parent then writes its nodes' new bodies
-        if g.selected or g.selected_sets:
+        if g.selected:
             rewrite_graph(g, names, res, dead, tidy=not nested)
         # the index's matches point back at it (Match.index): with no cycle
         # collector during a fuse (files._no_cycle_collection) that cycle

@@ -181,7 +181,6 @@ class GraphIndex:
         self._maybe_arr = None  # maybe_constant(), for an array-backed graph
         self._names: set[str] | None = None
         self.shape_memo: dict[str, list | None] = {}  # fusion.index.shapes.elementwise_shape's
-        self.carried = None  # fusion.index.shapes.Shapes: elementwise_shape solved in bulk (array-backed graphs)
         self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
 
     def _from_arrays(self, table, value_types, value_shapes) -> None:
@@ -245,12 +244,7 @@ class GraphIndex:
             return self.value_shapes[name]
         if self.parent is not None and not self.defines(name):
             return self.parent.shape(name)
-        s = ...
-        if self.carried is not None:  # solved in bulk (fusion.carry), the same answer
-            i = self.arrays.id_of(name)
-            s = self.carried.get(i) if i >= 0 else ...
-        if s is ...:
-            s = elementwise_shape(self, name)
+        s = elementwise_shape(self, name)
         if s is not None and (not s or s[-1] is not None):
             return s
         return self.inferred.shape(name) if self.inferred is not None else None

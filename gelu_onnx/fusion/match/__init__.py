@@ -1,5 +1,4 @@
 """What a GELU is: candidate regions by structure and the search over them (matcher), the
 float64 value check (numeric), the bias search (bias), GELUs that are one
-node already, legacy plugin nodes too (single_op); the matcher
-once per distinct neighbourhood, its answer carried to the anchors confirmed alike (replay; trace).
+node already, legacy plugin nodes too (single_op).
 What they find (Match, NearMiss) is fusion/report."""

@@ -24,16 +24,7 @@ whole. A check model that fails is not trusted: the caller checks the input
 file itself for the message.
 
 It is assembled from the bytes the native scanner read: every node the
-check model keeps is its node field as written, copied; stand-ins are
-written for all members of a set at once (fusion/rewrite/emit.py). A repeat
-whose bias Add is found (x = Add(h, b) read by the region alone, x not
-declared, the Add without attributes and with one output, b an initializer
-of at least the rank of the region's constants) collapses with its region
-into one node, Add(h, b) -> root (Add + Cast where the root's type
-differs): the Add's own inputs, so the same checks of h and b; x's type,
-the class's, is the bias's (the bias search requires it); and x's shape,
-broadcast with one-element constants of no higher rank than b, is the
-root's. A main graph holding subgraphs has no check model (their bodies
+check model keeps is its node field as written, copied. A main graph holding subgraphs has no check model (their bodies
 read outer names): the input is checked.
 """
 from __future__ import annotations
@@ -41,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto, helper
 
-from .emit import MARK, fill, join, node_bytes, pieces, table_strings
+from .emit import node_bytes
 from ..match.numeric import region_key, region_types
 from ...onnxio.format import len_field
 from ..plan import MIN_SAVED_SHARE
@@ -59,34 +50,18 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     idx = g.index
     t = idx.arrays
     s = t.scan
-    declared = np.zeros(len(t.names), bool)
-    declared[np.fromiter(idx.value_types.by_id, np.int64, len(idx.value_types.by_id))] = True
-    # the regions: single matches one by one, a set's members as one block
-    # (one class key for all); each class's first region (in candidate
-    # order) is kept whole, the later ones stood in for
-    singles, blocks = [], []
+    # each class's first region (in candidate order) is kept whole, the
+    # later ones stood in for
+    singles = []
     for sel in g.selected:
         mt = sel.match
         if sel.candidate.legacy or mt.single_op is not None or not self_contained(idx, mt):
             continue
         singles.append((sel.candidate.order[1], class_key(idx, mt), mt))
-    for ss in g.selected_sets:
-        ms = ss.set
-        if ms.match.shared:
-            continue
-        inner = [ms.ids(o) for o in _inner_outputs(idx, ms.match)]
-        ok = ~np.any([declared[c] for c in inner], axis=0) if inner and len(idx.graph.value_info) else \
-            np.ones(len(ms), bool)
-        if ok.any():
-            blocks.append((class_key(idx, ms.match), ss, np.flatnonzero(ok)))
     first: dict = {}  # key -> (order, Match)
     for order, key, mt in singles:
         if key not in first or order < first[key][0]:
             first[key] = (order, mt)
-    for key, ss, rows in blocks:
-        a = int(ss.set.anchors[rows[0]])
-        if key not in first or a < first[key][0]:
-            first[key] = (a, ss.set.member(int(rows[0])))
     classes: dict = {}   # key -> (x type, root type, zero rank)
     firsts: list = []    # (last node, x, root, key) of each class's first region
     for key, (_, mt) in first.items():
@@ -95,17 +70,10 @@ def check_model(model: ModelProto, plan) -> bytes | None:
         classes[key] = (types.get(mt.leaf), types.get(mt.root), rank)
         if None not in classes[key][:2]:
             firsts.append((max(mt.nodes), mt.leaf, mt.root, key))
-    members: dict = {}   # key -> Matches and (SelectedSet, rows) stood in for
+    members: dict = {}   # key -> the Matches stood in for
     for order, key, mt in singles:
         if None not in classes[key][:2] and first[key][1] is not mt:
             members.setdefault(key, []).append(mt)
-    for key, ss, rows in blocks:
-        if None in classes[key][:2]:
-            continue
-        if first[key][0] == int(ss.set.anchors[rows[0]]):
-            rows = rows[1:]  # this block holds the class's first region
-        if len(rows):
-            members.setdefault(key, []).append((ss, rows))
     if not members:
         return None
     fresh = _Fresh(t)
@@ -121,14 +89,8 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     for key, whats in members.items():
         tx, troot, rank = classes[key]
         for w in whats:
-            if not isinstance(w, tuple):
-                gone[w.nodes] = True
-                inserts.append((max(w.nodes), 0, _single(w, tx, troot, zero(tx, rank), fresh)))
-                continue
-            got = _set_standins(idx, w[0], w[1], tx, troot, rank, zero, declared, gone, fresh)
-            if got is None:
-                return None
-            inserts.extend(got)
+            gone[w.nodes] = True
+            inserts.append((max(w.nodes), 0, _single(w, tx, troot, zero(tx, rank), fresh)))
     for last, x, root, key in firsts:
         tx, troot, rank = classes[key]
         body = b"".join(len_field(node_bytes("Add", [n, zero(et, rank)], [fresh(f"{n}_check")]))
@@ -143,58 +105,6 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     graph = nodes + _other_fields(s, gval, gend) + inits
     head = ModelProto(ir_version=model.ir_version, opset_import=model.opset_import).SerializeToString()
     return head + len_field(graph, 7)
-
-
-def _inner_outputs(idx, mt) -> list[str]:
-    return [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
-
-
-def _set_standins(idx, ss, rows, tx, troot, rank, zero, declared, gone, fresh):
-    """The stand-ins of a set's members ``rows``: (position, 0, bytes) each; None on a name clash."""
-    t = idx.arrays
-    s = t.scan
-    ms = ss.set
-    nodes = ms.nodes()[rows]
-    gone[nodes.reshape(-1)] = True
-    leaf, root = ms.ids(ms.match.leaf)[rows], ms.ids(ms.match.root)[rows]
-    last = nodes.max(axis=1)
-    b = ms.bias
-    collapse = np.zeros(len(rows), bool)
-    if b is not None and b.found:
-        bnode = ms.anchors[rows] + (b.probe.bias_node - b.probe.anchor)
-        bias = b.ids(b.probe.bias)[rows]
-        k = t.init_of[bias].astype(np.int64)
-        brank = np.where(k >= 0, np.diff(s.init_dims_off)[np.maximum(k, 0)], -1)
-        collapse = ((np.diff(s.node_attr_off)[bnode] == 0) & (s.node_dom[bnode] == 0) & ~declared[leaf]
-                    & (k >= 0) & (brank >= rank) & (t.in_count[bnode] == 2) & (t.out_count[bnode] == 1))
-        gone[bnode[collapse]] = True
-    out = []
-    st = table_strings(t)
-    for mask, collapsed in ((collapse, True), (~collapse, False)):
-        if not mask.any():
-            continue
-        vals = {"R": root[mask]}
-        if collapsed:
-            lo = s.node_in_off[bnode[mask]]
-            vals.update(I=s.in_ids[lo], J=s.in_ids[lo + 1])
-            ins = [f"{MARK}I{MARK}", f"{MARK}J{MARK}"]
-        else:
-            vals["L"] = leaf[mask]
-            ins = [f"{MARK}L{MARK}", zero(tx, rank)]
-        if tx == troot:
-            tpl = [node_bytes("Add", ins, [f"{MARK}R{MARK}"])]
-        else:  # a fresh name for the Add's output: the root's name + "_check", none of the model's
-            blob, off = join([f"{MARK}R", "_check"], vals, st, int(mask.sum()))
-            if (s.find_blob(blob, off) >= 0).any() or not s.distinct_blob(blob, off):
-                return None
-            fresh.used.update(blob[off[k]:off[k + 1]].decode("utf-8") for k in range(len(off) - 1))
-            tpl = [node_bytes("Add", ins, [f"{MARK}R{MARK}_check"]),
-                   node_bytes("Cast", [f"{MARK}R{MARK}_check"], [f"{MARK}R{MARK}"], to=troot)]
-        buf, off = fill([pieces(n) for n in tpl], vals, st)
-        body = buf.tobytes()
-        off = off.tolist()
-        out.extend((int(p), 0, body[off[j]:off[j + 1]]) for j, p in enumerate(last[mask].tolist()))
-    return out
 
 
 def _single(mt, tx, troot, zero: str, fresh) -> bytes:
