@@ -2,12 +2,10 @@
 (see docs/safety.md). Every refusal is one InputError / UnsafeModelError line
 naming the file.
 
-A graph is checked once, from the native scanner's arrays of its bytes
-(onnxio.wire: the file's, or the graph's own serialization; an If/Loop/Scan
-body's own): each check is vectorised over the arrays, and the first fault
-a reader meets is worded from the proto. So a graph of a million nodes is
-validated without one Python object per node, and a bad one gets the same
-line whatever else it holds."""
+A graph is checked once, from the native scanner's arrays of its bytes (the
+file's, or its own serialization: an If/Loop/Scan body, an in-memory model):
+each check vectorised, the first fault a reader meets worded from the proto.
+So a graph of a million nodes is validated without one Python object per node."""
 from __future__ import annotations
 
 import ntpath
@@ -26,14 +24,7 @@ from .walk import MAX_EXPANDED_NODES, attr_tensors, expanded_nodes, subgraphs, w
 from .wire import NF_REF, NF_SUBGRAPH, OK, SF_BAD_UTF8, as_model, declined, raw_scan
 
 
-# What an attribute that refers to a function attribute may hold.
-_REFERENCE_FIELDS = frozenset({"name", "ref_attr_name", "type", "doc_string"})
-
-
-def max_opsets() -> dict[str, int]:
-    last = onnx.helper.VERSION_TABLE[-1]  # (release, ir, ai.onnx, ml, training)
-    return {"": onnx.defs.onnx_opset_version(), "ai.onnx.ml": last[3],
-            "ai.onnx.preview.training": last[4]}
+_REFERENCE_FIELDS = frozenset({"name", "ref_attr_name", "type", "doc_string"})  # all a reference may hold
 
 
 def quote(name, limit: int = 120) -> str:
@@ -56,8 +47,7 @@ def _node_label(node, i: int) -> str:
 
 
 class Scope:
-    """Names visible from a subgraph: the names each enclosing graph
-    defines (``known``, by string id of its scan ``s``), innermost first."""
+    """Names visible from a subgraph: each enclosing graph's (``known`` by string id of its scan ``s``)."""
 
     def __init__(self, s, known: np.ndarray, parent: "Scope | None"):
         self.s, self.known, self.parent = s, known, parent
@@ -85,17 +75,15 @@ class Validator:
         raise cls(one_line(f"{self.where}: {msg}"))
 
     def text(self, *values, what: str = "a name"):
-        # protobuf hands back bytes for a string field holding invalid UTF-8
-        for v in values:
+        for v in values:  # protobuf hands back bytes for a string field holding invalid UTF-8
             if isinstance(v, bytes):
                 self.fail(f"{what} {quote(v)} is not valid UTF-8 (the file is damaged)")
 
     # -- model ------------------------------------------------------------
     def model(self, m: onnx.ModelProto, scan=None) -> ArrayTable | None:
         """Check ``m``; ``scan``: onnxio.wire.scan of the bytes it was parsed
-        from, if any. Returns the main graph's ArrayTable of ``scan`` when the
-        fuse pass can index it as it is (no subgraph or sparse initializer,
-        nodes in order), else None."""
+        from, if any. Returns the main graph's ArrayTable of ``scan`` when the fuse
+        pass can index it as it is (no subgraph or sparse initializer, nodes in order)."""
         if m.ir_version <= 0:
             self.fail("not an ONNX model: ir_version is missing or invalid "
                       "(the file is damaged or not ONNX)")
@@ -119,24 +107,24 @@ class Validator:
             self.fail("the graph is empty (no nodes and no outputs)")
         if not g.output:
             self.fail("the graph has no outputs")
-        if scan is None or not same_counts(g, scan):
-            scan = None  # another reading than protobuf's: the graph's own bytes are checked
-        s = scan if scan is not None else self.scan_of(as_model(g))
+        scan = scan if scan is not None and same_counts(g, scan) else None  # else its own bytes are read
+        s = self.scan_of(g) if scan is None else scan
         in_order = self.graph(g, s, "", None)[1]
         for f in m.functions:
             self.function(f)
         plain = in_order and not len(g.sparse_initializer) and not (s.node_flags & NF_SUBGRAPH).any()
         return ArrayTable(g, s) if plain and scan is not None and declined(s) is None else None
 
-    def scan_of(self, data: bytes):
-        """The scanner's arrays of ``data`` (a graph's own serialization), whatever its names."""
-        s = raw_scan(data)
+    def scan_of(self, graph):
+        """The scanner's arrays of ``graph``'s own serialization, whatever its names."""
+        s = raw_scan(as_model(graph))
         if s is None or s.status != OK:
             self.fail(declined(s), UnsupportedError)
         return s
 
     def _opsets(self, imports, owner: str) -> dict[str, int]:
-        maxes = max_opsets()
+        last = onnx.helper.VERSION_TABLE[-1]  # (release, ir, ai.onnx, ml, training)
+        maxes = {"": onnx.defs.onnx_opset_version(), "ai.onnx.ml": last[3], "ai.onnx.preview.training": last[4]}
         out: dict[str, int] = {}
         for op in imports:
             self.text(op.domain, what="opset domain")
@@ -174,8 +162,7 @@ class Validator:
 
     # -- ops --------------------------------------------------------------
     def node_op(self, n, i: int, opsets: dict[str, int], where: str, in_function: bool = False):
-        """A node's names, attribute references and op (graph() finds the
-        node, this words its fault; function bodies are checked by it alone)."""
+        """A node's names, attribute references and op (graph() finds the node, this words it)."""
         self.text(n.op_type, n.domain, n.name, *n.input, *n.output, what="node name")
         self.text(*(a.name for a in n.attribute), what="attribute name")
         for a in n.attribute:
@@ -210,10 +197,9 @@ class Validator:
         return self.schema_errors[key]
 
     def _reference(self, n, i: int, a, where: str, in_function: bool):
-        """An attribute naming a function attribute (ref_attr_name) holds no
-        data of its own, and exists only in functions (the IR spec): with
-        both, one reader takes the reference and another the value (ONNX
-        Runtime does one thing, a literal reading the other)."""
+        """A reference to a function attribute (ref_attr_name) holds no data
+        and exists only in functions (the IR spec): with a value too, ONNX
+        Runtime takes the reference, a literal reading the value."""
         if not in_function:
             self.fail(f"node {_node_label(n, i)} in {where}: attribute {quote(a.name)} refers to a function "
                       f"attribute ({quote(a.ref_attr_name)}) outside any function")
@@ -225,12 +211,10 @@ class Validator:
     def graph(self, g, s, gpath: str, outer: Scope | None) -> tuple[set, bool]:
         """Check one graph (recursively) from ``s``, the scanner's arrays of
         its bytes, in the order a reader meets its faults: value names,
-        inputs, initializers, node outputs, then node by node (names, op,
-        attribute tensors, reads, subgraphs), graph outputs, cycles. Returns
-        the outer-scope names it reads, and whether every node reads only
-        names written before it."""
-        where = f"graph {quote(gpath)}" if gpath else "the main graph"
-        n, names = s.n_nodes, s.names
+        inputs, initializers, node outputs, node by node (names, op, attribute
+        tensors, reads, subgraphs), graph outputs, cycles. Returns the outer
+        names it reads, and whether each node reads only names written before it."""
+        where, n, names = f"graph {quote(gpath)}" if gpath else "the main graph", s.n_nodes, s.names
         bad = (s.str_flags & SF_BAD_UTF8) != 0
         any_bad = bool(bad.any())
         inputs, inits = s.input_name, s.init_name
@@ -284,7 +268,7 @@ class Validator:
         free: set = set()
         unknown = ~known[s.in_ids] & (s.in_ids != 0)
         for p in np.flatnonzero(unknown).tolist():
-            name = _name(s, int(s.in_ids[p]))
+            name = s.parsed(int(s.in_ids[p]))
             if outer is None or name not in outer:
                 faults[4], unread = int(reader[p]), name
                 break
@@ -301,15 +285,13 @@ class Validator:
             node = g.node[i]
             for attr, sg in subgraphs(node):
                 sub_path = f"{gpath}/{node.name or f'#{i}'}/{attr}".lstrip("/")
-                for x in self.graph(sg, self.scan_of(as_model(sg)), sub_path, here)[0]:
+                for x in self.graph(sg, self.scan_of(sg), sub_path, here)[0]:
                     j = s.find(x)
                     if j > 0 and producer[j] >= 0:
                         sub_reads.append((i, int(producer[j])))
                     elif not (j >= 0 and given[j]):
                         if outer is None or x not in outer:
-                            self.fail(f"a subgraph of node {_node_label(node, i)} in {where} reads {quote(x)}, "
-                                      "which is never defined (no graph input, initializer or node output "
-                                      "has that name)")
+                            self._undefined(f"a subgraph of node {_node_label(node, i)}", where, x)
                         free.add(x)
         self._attr_tensors(g, s, odd, lo, first + (faults[4] == first < min(faults[:4])))
         if first < n:
@@ -317,26 +299,26 @@ class Validator:
             if first < faults[4]:
                 self.node_op(node, first, self.opsets, where)
                 raise AssertionError("node_op found no fault where the arrays showed one")
-            self.fail(f"node {_node_label(node, first)} in {where} reads {quote(unread)}, which is never "
-                      "defined (no graph input, initializer or node output has that name)")
+            self._undefined(f"node {_node_label(node, first)}", where, unread)
         for o in s.output_name.tolist():
             if not known[o]:
-                name = _name(s, o)
+                name = s.parsed(o)
                 if outer is None or name not in outer:
                     self.fail(f"graph output {quote(name)} of {where} is never defined "
                               "(no input, initializer or node output has that name)")
                 free.add(name)
         return free, self._acyclic(g.node, s, producer, sub_reads, where)
 
+    def _undefined(self, reader: str, where: str, name):
+        self.fail(f"{reader} in {where} reads {quote(name)}, which is never defined "
+                  "(no graph input, initializer or node output has that name)")
+
     def _utf8(self, s, ids: np.ndarray, what: str):
         """Refuse the first of the string ids ``ids`` that is not UTF-8, if any."""
-        bad = (s.str_flags[ids] & SF_BAD_UTF8) != 0
-        if bad.any():
-            self.text(s.names.raw(int(ids[np.argmax(bad)])), what=what)
+        self.text(*(s.names.raw(i) for i in ids[(s.str_flags[ids] & SF_BAD_UTF8) != 0][:1].tolist()), what=what)
 
     def _sparse(self, g, s, where: str) -> list[int]:
-        """graph()'s checks of the sparse initializers (the scan leaves them
-        out); the string ids of their names."""
+        """The sparse initializers' checks (the scan leaves them out); their names' string ids."""
         inits = set(s.names.take(s.init_name))
         for st in g.sparse_initializer:
             name = st.values.name
@@ -368,9 +350,8 @@ class Validator:
                 self.tensor(t)
 
     def _acyclic(self, nodes, s, producer: np.ndarray, sub_reads: list, where: str) -> bool:
-        """Whether every node reads only names written before it (then the
-        graph is acyclic); else Kahn's algorithm over the nodes'
-        dependencies, and a cycle is named through one node on it."""
+        """Whether each node reads only names written before it (so the graph
+        is acyclic); else Kahn's algorithm, and a cycle named through one node."""
         reader = np.repeat(np.arange(s.n_nodes), np.diff(s.node_in_off))
         dep = producer[s.in_ids]
         if not (dep >= reader).any() and all(j < i for i, j in sub_reads):
@@ -380,21 +361,17 @@ class Validator:
             if j >= 0:
                 deps[i].add(j)
         users: list[list[int]] = [[] for _ in nodes]
-        indeg = [0] * len(nodes)
         for i, ds in enumerate(deps):
             for d in ds:
                 users[d].append(i)
-                indeg[i] += 1
+        indeg = [len(ds) for ds in deps]
         ready = [i for i, k in enumerate(indeg) if k == 0]
-        done = 0
-        while ready:
-            i = ready.pop()
-            done += 1
+        for i in ready:  # grows while it is walked
             for u in users[i]:
                 indeg[u] -= 1
                 if indeg[u] == 0:
                     ready.append(u)
-        if done == len(nodes):
+        if len(ready) == len(nodes):
             return False
         # Every node left has an unprocessed dependency: following those must
         # revisit a node, which lies on a cycle.
@@ -404,7 +381,6 @@ class Validator:
             seen.add(i)
             i = next(d for d in deps[i] if indeg[d] > 0)
         self.fail(f"{where} contains a cycle (through node {_node_label(nodes[i], i)})")
-
 
     # -- tensors and external data ---------------------------------------
     def tensor(self, t: TensorProto):
@@ -499,12 +475,6 @@ class Validator:
                       "(copy it: cp --no-preserve=links)", UnsafeModelError)
         self.data_files[real] = st.st_size
         return real
-
-
-
-def _name(s, i: int):
-    """String ``i`` of the scan as protobuf hands it back (bytes when not UTF-8)."""
-    return s.names.raw(i) if s.str_flags[i] & SF_BAD_UTF8 else s.names[i]
 
 
 def validate_model(model: onnx.ModelProto, *, base_dir: str | None = None,

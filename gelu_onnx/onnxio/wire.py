@@ -194,6 +194,10 @@ class Scan:
         loose[self.at_attr] = False
         return np.sort(np.concatenate([self.at_attr[~self.tensors("at_").plain()], np.flatnonzero(loose)]))
 
+    def parsed(self, i: int):
+        """String ``i`` as protobuf hands it back: bytes when it is not UTF-8."""
+        return self.names.raw(i) if self.str_flags[i] & SF_BAD_UTF8 else self.names[i]
+
     def find(self, name: str) -> int:
         """The id of ``name``, -1 when the model has no such string."""
         b = name.encode("utf-8", "surrogatepass")
