@@ -296,7 +296,7 @@ class Validator:
         self._attr_tensors(g, s, odd, lo, first + (faults[4] == first < min(faults[:4])))
         if first < n:
             node = g.node[first]
-            if first < faults[4]:
+            if min(faults[:4]) == first:
                 self.node_op(node, first, self.opsets, where)
                 raise AssertionError("node_op found no fault where the arrays showed one")
             self._undefined(f"node {_node_label(node, first)}", where, unread)
