@@ -226,7 +226,7 @@ class Validator:
         k_text = first_true(bad[inits]) if any_bad else -1
         k_dup = first_repeat(inits)
         stop = min(k for k in (k_text, k_dup, len(inits)) if k >= 0)
-        for k in np.flatnonzero(~s.tensors("init_").plain()[:stop]).tolist():
+        for k in np.flatnonzero(~s.tensors("init_").plain()[:stop]).tolist() if stop else ():
             self.tensor(g.initializer[k])
         if k_text == stop:
             self._utf8(s, inits[stop:], "initializer name")
