@@ -21,6 +21,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import onnx
 from onnx import ModelProto
 
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
@@ -30,7 +31,7 @@ from .fusion import training
 from .fusion.report import Fusion, FuseResult
 from .fusion.targets import DEFAULT as DEFAULT_TARGET, Target, TargetName
 from .onnxio.fileops import folder_lock, path_arg, utf8_path
-from .onnxio.format import MMAP_MIN_BYTES
+from .onnxio.format import MAX_PROTO_BYTES, MMAP_MIN_BYTES
 
 __all__ = ["fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult", "ModelLike", "fuse_file", "inspect_file",
            "save", "check_input", "write_model"]
@@ -208,8 +209,6 @@ def check_input(loaded, src, skeleton=None, check_model: bytes | None = None) ->
     fusion removes cannot hide behind a valid output. A check model that
     fails is not trusted: the input itself is checked then, and only its
     failure is the input's (in its words)."""
-    import onnx
-
     errors = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
     if check_model is not None:
         try:
@@ -253,10 +252,8 @@ def _quick_check(loaded, skel) -> bool:
     after matching, fusion/rewrite/checkmodel.py) rather than the input
     being checked before fusing: a model in memory without external data or
     functions."""
-    from . import onnxio
-
     return (skel is None and not loaded.external_files and not len(loaded.model.functions)
-            and loaded.file_size < onnxio.MAX_PROTO_BYTES - (64 << 20))
+            and loaded.file_size < MAX_PROTO_BYTES - (64 << 20))
 
 
 def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool = False,
