@@ -36,7 +36,7 @@ from .fusion.targets import DEFAULT as DEFAULT_TARGET, Target, TargetName
 from .onnxio import LoadedModel, load_model_proto, splice
 from .onnxio.fileops import folder_lock, path_arg, same_file, utf8_path
 from .onnxio.fileops import in_folder as _cwd  # onnx.checker resolves a model's external data against the cwd
-from .onnxio.format import MMAP_MIN_BYTES
+from .onnxio.format import MAX_PROTO_BYTES, MMAP_MIN_BYTES
 
 __all__ = ["fuse", "fuse_with_report", "inspect", "Fusion", "FuseResult", "ModelLike", "fuse_file", "inspect_file",
            "save", "check_input", "write_model"]
@@ -149,10 +149,11 @@ def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False)
                 res = fuse_with_report(loaded, target=target, inplace=True, input_check=quick)
             except Exception:
                 if quick:  # bad input first, as if it had been checked before fusing
-                    _check_file(src)
+                    check_input(loaded, src)
                 raise
         if quick:
-            _check_input_model(res, src)
+            check, res.input_check = res.input_check, None
+            check_input(loaded, src, check_model=check)
         notes = list(res.notes)
         write_model(res.model, dst, source=loaded, skeleton=skel, overwrite_input=overwrite_input,
                             notes=notes, checked_against=src)
@@ -186,74 +187,47 @@ def save(model, path, *, base_dir: str | None = None) -> str:
     return write_model(model, path_arg(path), base_dir=base_dir)
 
 
-def check_input(loaded, src, skeleton=None) -> None:
+def check_input(loaded, src, skeleton=None, check_model: bytes | None = None) -> None:
     """The input must be a model a runtime would take: onnx.checker with
-    strict type and shape inference (full_check). value_info that contradicts
-    the graph, attributes of the wrong type, recursive model-local functions
-    are bad input (exit 2), found before fusing, so a fault inside a region
-    that fusion removes cannot hide behind a valid output."""
-    import onnx
-
-    from . import onnxio
-
-    model = loaded.model
+    strict type and shape inference (full_check) on the input's check model
+    (docs/safety.md, "The check model"): ``check_model``, which the fuse pass
+    built with repeated GELU regions stood in for, or else the input itself
+    (the file, or the skeleton from its folder), which is the check model with
+    nothing stood in for. value_info that contradicts the graph, attributes
+    of the wrong type, recursive model-local functions are bad input (exit
+    2), found before the output is written, so a fault inside a region that
+    fusion removes cannot hide behind a valid output. A check model that
+    fails is not trusted: the input itself is checked then, and only its
+    failure is the input's (in its words)."""
+    errors = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
+    if check_model is not None:
+        try:
+            onnx.checker.check_model(check_model, full_check=True)
+            return
+        except errors:
+            pass
+    path = loaded.path or os.path.abspath(src)
     try:
         if skeleton is not None:
             with skeleton.in_folder():  # placeholders: data inside the input file
-                onnx.checker.check_model(model, full_check=True)
-        elif not loaded.external_files and loaded.file_size < onnxio.MAX_PROTO_BYTES - (64 << 20):
-            onnx.checker.check_model(model, full_check=True)
-        elif utf8_path(loaded.path):  # external data resolve relative to the file
-            onnx.checker.check_model(loaded.path, full_check=True)
+                onnx.checker.check_model(loaded.model, full_check=True)
+        elif utf8_path(path):  # external data resolve relative to the file
+            onnx.checker.check_model(path, full_check=True)
         else:  # onnx takes UTF-8 paths only: the model, from its folder
-            with _cwd(os.path.dirname(loaded.path)):
-                onnx.checker.check_model(model, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
+            with _cwd(os.path.dirname(path)):
+                onnx.checker.check_model(onnx.load_model(path, load_external_data=False), full_check=True)
+    except errors as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{src}: the input model fails onnx.checker: {_one_line(first)}") from None
 
 
 def _quick_check(loaded, skel) -> bool:
-    """Whether the input is checked after fusing, on its check model
-    (fusion/rewrite/checkmodel.py: repeated GELU regions stood in for), rather than
-    whole before: a model in memory without external data or functions."""
-    from . import onnxio
-
+    """Whether the fuse pass builds the input's check model (check_input
+    after matching, fusion/rewrite/checkmodel.py) rather than the input
+    being checked before fusing: a model in memory without external data or
+    functions."""
     return (skel is None and not loaded.external_files and not len(loaded.model.functions)
-            and loaded.file_size < onnxio.MAX_PROTO_BYTES - (64 << 20))
-
-
-def _check_input_model(res, src) -> None:
-    """check_input, on the input's check model when the fuse pass built one
-    (else on the file). The check model is not trusted when it fails: the
-    file is checked then, and only its failure is the input's."""
-    import onnx
-
-    check, res.input_check = res.input_check, None
-    if check is not None:
-        try:
-            onnx.checker.check_model(check, full_check=True)
-            return
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError):
-            pass
-    _check_file(src)
-
-
-def _check_file(src) -> None:
-    """onnx.checker's full check of the input file (external data resolve
-    relative to it); one InputError line naming the file on failure."""
-    import onnx
-
-    try:
-        if utf8_path(src):
-            onnx.checker.check_model(os.fspath(src), full_check=True)
-        else:  # onnx takes UTF-8 paths only: the model (no external data here), from its folder
-            with _cwd(os.path.dirname(os.path.abspath(src))):
-                onnx.checker.check_model(onnx.load_model(os.fspath(src), load_external_data=False),
-                                         full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{src}: the input model fails onnx.checker: {_one_line(first)}") from None
+            and loaded.file_size < MAX_PROTO_BYTES - (64 << 20))
 
 
 def write_model(model, dst, *, source=None, skeleton=None, overwrite_input: bool = False,

@@ -129,22 +129,11 @@ INNER_ALLOWED = {
 }
 LIMIT = 20  # issue 34, point 4
 
-# Imports inside functions in modules other helpers of issue 34 are bringing
-# down in parallel (verify/, cli_check, cli_bench, cliout; files.py's input
-# check), as they stand on this branch. The lead empties this list at the
-# merge: after it, every import inside a function is in INNER_ALLOWED.
-PENDING_OTHER_AREAS = [
-    ("gelu_onnx.files", "import onnx"),
-    ("gelu_onnx.files", "import onnx"),
-    ("gelu_onnx.files", "import onnx"),
-    ("gelu_onnx.files", "from . import onnxio"),
-    ("gelu_onnx.files", "from . import onnxio"),
-]
 
 
 def test_imports_inside_functions_are_the_listed_ones():
     found = Counter((m, s) for m, s, inner, _ in _imports() if inner)
-    assert found == Counter(list(INNER_ALLOWED)) + Counter(PENDING_OTHER_AREAS)
+    assert found == Counter(list(INNER_ALLOWED))
 
 
 def test_at_most_20_imports_inside_functions():

@@ -1,6 +1,5 @@
-"""A graph's nodes as the native scanner read them (onnxio.wire): what
-onepass.NodeTable is, as numpy arrays with list- and dict-like views over
-them, and the checks that accept a scanned graph as such a table.
+"""A graph's nodes as the native scanner read them (onnxio.wire): numpy
+arrays with list- and dict-like views over them (ArrayTable).
 fusion.index.graph.GraphIndex indexes a graph through these views exactly as
 through its own dicts, and the fuse pass's vectorised steps use the arrays:
 no Python object is made per node until something asks for that node.
@@ -9,19 +8,6 @@ Names are string ids of the scan's table (id 0 is "": an omitted optional
 name). ``producer[s]`` is the node that writes string s (-1: none);
 ``cons_off`` / ``cons_nodes`` list the nodes that read it, each once, in
 node order (a node reading a name twice counts once, as GraphIndex counts).
-
-array_pass is onepass.one_pass for a main graph the scanner read: the same
-checks, vectorised over its arrays, so a graph of a million nodes is
-validated without one Python object per node. Like one_pass it only ever
-accepts: anything it does not see to be fine (a subgraph, a function-attribute
-reference, a name used before it is written, a name written twice, a domain
-not imported, an op onnx does not know ...) raises Recheck, and
-Validator.graph() then finds the first fault and words it, exactly as for a
-graph one_pass declined. Initializers and attribute tensors are checked from
-the scanner's per-tensor columns (init_*, at_*) in one vectorised predicate;
-the tensors outside its plain case, and attributes whose tensors the columns
-leave out, one by one by Validator.tensor, as one_pass checks every tensor
-(a fault it finds sends the graph to Validator.graph() likewise).
 """
 from __future__ import annotations
 
@@ -30,10 +16,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError, UnsupportedError
-from .format import ELEM_BITS, KNOWN_TYPES, elem_bits
-from .onepass import Recheck, known_ops
-from .walk import attr_tensors, subgraphs
-from .wire import IF_RAW, IF_RAW_TWICE, NF_REF, NF_SUBGRAPH, NF_TENSOR, OK, as_model, declined, raw_scan
+from .walk import subgraphs
+from .wire import NF_SUBGRAPH, OK, as_model, declined, raw_scan
 
 
 def unique(x: np.ndarray) -> np.ndarray:
@@ -47,6 +31,27 @@ def unique(x: np.ndarray) -> np.ndarray:
     np.not_equal(s[1:], s[:-1], out=keep[1:])
     return s[keep]
 
+
+
+def first_true(mask: np.ndarray, default: int = -1) -> int:
+    """The index of the first True in ``mask``, else ``default``."""
+    k = int(np.argmax(mask)) if len(mask) else 0
+    return k if len(mask) and mask[k] else default
+
+
+def first_repeat(ids: np.ndarray) -> int:
+    """The first position whose value came before it, else -1."""
+    if len(ids) < 2:
+        return -1
+    order = np.argsort(ids, kind="stable")
+    same = ids[order[1:]] == ids[order[:-1]]
+    return int(order[1:][same].min()) if same.any() else -1
+
+
+def any_per_node(mask: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """Per node i, whether any of ``mask[off[i]:off[i+1]]`` is True."""
+    c = np.concatenate([[0], np.cumsum(mask)])
+    return c[off[1:]] > c[off[:-1]]
 
 class NameLists(Sequence):
     """Node i's names (inputs or outputs) as a list of str, made on access;
@@ -292,22 +297,7 @@ class ArrayTable:
         return IdMap(self, self.init_of, -1, lambda _, k: inits[k])
 
 
-# Element types whose size is a whole number of bytes: a raw_data length is
-# checked here against dims for these (Validator.tensor checks the rest).
-_BYTE_TYPES = np.array(sorted(t for t, bits in ELEM_BITS.items() if bits % 8 == 0 and t in KNOWN_TYPES))
-_DIM_LIMIT = 1 << 31  # larger dims: products could overflow int64; those tensors go one by one
-
-
-def _plain_structure(g, s) -> bool:
-    """Whether ``s`` (a scan of ``g``'s bytes) is a graph the arrays cover
-    whole: no subgraph, no function-attribute reference, no sparse
-    initializer; every name written once, read after it is written."""
-    if len(g.sparse_initializer) or (s.node_flags & (NF_SUBGRAPH | NF_REF)).any():
-        return False  # subgraphs: one_pass walks them; references: node_op words them
-    return _same_counts(g, s) and _written_once_in_order(s, [], outer=False)
-
-
-def _same_counts(g, s) -> bool:
+def same_counts(g, s) -> bool:
     """Whether ``s`` lists as many of each thing as ``g`` (it always does
     for one parse of one buffer)."""
     return (s.n_nodes == len(g.node) and len(s.init_name) == len(g.initializer)
@@ -365,53 +355,8 @@ def graph_table(g, s, outer: bool) -> ArrayTable | None:
     if why is not None:
         names = s is not None and s.status == OK  # a whole scan: its names are what it declines
         raise (InputError if names else UnsupportedError)(f"graph {g.name!r}: {why}")
-    if not _same_counts(g, s):
+    if not same_counts(g, s):
         return None
     sparse = s.find_many([t.values.name for t in g.sparse_initializer]) if len(g.sparse_initializer) else []
     sparse = [i for i in np.asarray(sparse).tolist() if i > 0]
     return ArrayTable(g, s) if _written_once_in_order(s, sparse, outer) else None
-
-
-def array_pass(v, g, scan) -> ArrayTable:
-    """Validator.graph()'s checks of the main graph ``g``, from ``scan``
-    (its bytes, scanned); the graph's ArrayTable, or Recheck."""
-    s = scan
-    if not _plain_structure(g, s):
-        raise Recheck  # onepass finds and words what is wrong, or walks the subgraphs
-    _tensors(v, s.tensors("init_"), g.initializer.__getitem__)
-    _tensors(v, s.tensors("at_"), lambda k: _attribute(g, s, s.at_attr[k]).t)
-    # attributes holding tensors the at_* columns leave out (tensors, sparse, t twice)
-    loose = (s.attr_flags & NF_TENSOR) != 0
-    loose[s.at_attr] = False
-    for a in np.flatnonzero(loose).tolist():
-        for t in attr_tensors([_attribute(g, s, a)]):
-            v.tensor(t)
-    # every (op, domain) imported and known
-    kinds = unique(s.node_op.astype(np.int64) << 32 | s.node_dom.astype(np.int64))
-    known_ops(v, ((s.names[k >> 32], s.names[k & 0xFFFFFFFF]) for k in kinds.tolist()))
-    return ArrayTable(g, s)
-
-
-def _attribute(g, s, a: int):
-    """Attribute ``a`` of the scan (its index in the attr_* arrays) as parsed in ``g``."""
-    i = int(np.searchsorted(s.node_attr_off, a, side="right")) - 1
-    return g.node[i].attribute[int(a) - int(s.node_attr_off[i])]
-
-
-def _tensors(v, cols, tensor) -> None:
-    """Validator.tensor for every tensor of ``cols`` (a wire.TensorColumns:
-    the initializers or the attribute tensors; ``tensor(k)`` its k-th
-    TensorProto): the plain case here (a known type, stored inside the file,
-    raw_data no longer than its dims need, no other data field), every other
-    one by Validator.tensor itself."""
-    if not cols.n:
-        return
-    bad_dim = np.zeros(cols.n, bool)
-    np.logical_or.at(bad_dim, cols.owner, (cols.dims < 0) | (cols.dims >= _DIM_LIMIT))
-    big = bad_dim | ~(cols.count < 2.0 ** 52)  # nan too
-    count = np.where(big, 0, cols.count)
-    plain = (np.isin(cols.dtype, _BYTE_TYPES) & (cols.loc == 0) & (cols.ext == 0) & ~big
-             & ((cols.flags & (IF_RAW | IF_RAW_TWICE)) == IF_RAW) & (cols.typed == 0).all(axis=1))
-    plain &= cols.raw_len <= count * (np.maximum(elem_bits(cols.dtype), 0) // 8)
-    for k in np.flatnonzero(~plain).tolist():
-        v.tensor(tensor(k))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
@@ -19,9 +18,6 @@ from .fileops import path_arg
 from .format import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
 from .validate import Validator, one_line, quote, validate_model, validate_model_table
-
-if TYPE_CHECKING:  # an annotation only: onepass is imported when it runs (validate)
-    from .onepass import NodeTable
 
 
 @dataclass(kw_only=True)
@@ -40,9 +36,8 @@ class LoadedModel:
     base_dir: str | None = None
     external_files: tuple[str, ...] = ()
     file_size: int = 0
-    # the main graph's nodes as validation read them (valid while it is unchanged):
-    # an onepass.NodeTable, or an arraytable.ArrayTable when the scanner read the file
-    table: NodeTable | ArrayTable | None = None
+    # the main graph's nodes as the scanner read the file (valid while it is unchanged), if the fuse pass can use them
+    table: ArrayTable | None = None
     # the file's bytes, when the scanner read them (the fuse pass copies from them)
     data: bytes | None = None
 

@@ -1,6 +1,11 @@
 """Validation of a parsed model: what the rest of the package relies on
 (see docs/safety.md). Every refusal is one InputError / UnsafeModelError line
-naming the file."""
+naming the file.
+
+A graph is checked once, from the native scanner's arrays of its bytes (the
+file's, or its own serialization: an If/Loop/Scan body, an in-memory model):
+each check vectorised, the first fault a reader meets worded from the proto.
+So a graph of a million nodes is validated without one Python object per node."""
 from __future__ import annotations
 
 import ntpath
@@ -8,25 +13,18 @@ import os
 import re
 import stat
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ..errors import InputError, UnsafeModelError
-from .format import (DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, KNOWN_TYPES, ONNX_DOMAINS, embedded_size_error,
-                      tensor_nbytes)
-from .arraytable import array_pass
-from .onepass import Recheck, Scope, known_ops, norm_domain, one_pass
+from ..errors import InputError, UnsafeModelError, UnsupportedError
+from .arraytable import ArrayTable, any_per_node, first_repeat, first_true, same_counts, unique
+from .format import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, KNOWN_TYPES, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
 from .walk import MAX_EXPANDED_NODES, attr_tensors, expanded_nodes, subgraphs, walk_graphs
+from .wire import NF_REF, NF_SUBGRAPH, OK, SF_BAD_UTF8, as_model, declined, raw_scan
 
 
-# What an attribute that refers to a function attribute may hold.
-_REFERENCE_FIELDS = frozenset({"name", "ref_attr_name", "type", "doc_string"})
-
-
-def max_opsets() -> dict[str, int]:
-    last = onnx.helper.VERSION_TABLE[-1]  # (release, ir, ai.onnx, ml, training)
-    return {"": onnx.defs.onnx_opset_version(), "ai.onnx.ml": last[3],
-            "ai.onnx.preview.training": last[4]}
+_REFERENCE_FIELDS = frozenset({"name", "ref_attr_name", "type", "doc_string"})  # all a reference may hold
 
 
 def quote(name, limit: int = 120) -> str:
@@ -39,34 +37,53 @@ def one_line(msg: str) -> str:
     return msg.replace("\r", "\\r").replace("\n", "\\n")
 
 
+def norm_domain(d) -> str:
+    return "" if d in ("", "ai.onnx") else d
+
+
 def _node_label(node, i: int) -> str:
     name = node.name or f"#{i}"
     return f"{quote(name)} ({quote(node.op_type)[1:-1]})"
 
 
+class Scope:
+    """Names visible from a subgraph: each enclosing graph's (``known`` by string id of its scan ``s``)."""
+
+    def __init__(self, s, known: np.ndarray, parent: "Scope | None"):
+        self.s, self.known, self.parent = s, known, parent
+
+    def __contains__(self, name) -> bool:
+        level = self
+        while level is not None:
+            j = level.s.find(name) if isinstance(name, str) else -1
+            if j >= 0 and level.known[j]:
+                return True
+            level = level.parent
+        return False
+
+
 class Validator:
-    def __init__(self, where: str, base_dir: str | None, scan=None):
+    def __init__(self, where: str, base_dir: str | None):
         self.where = where
-        self.scan = scan  # the model's bytes as the native scanner read them (onnxio.wire), if any
         self.base_dir = base_dir
         self.opsets: dict[str, int] = {}
         self.local_functions: set[tuple[str, str]] = set()
         self.data_files: dict[str, int] = {}  # real path -> size
         self.schema_errors: dict[tuple, str | None] = {}
-        # the main graph's nodes as one_pass (NodeTable) or the scanner (ArrayTable) read them
-        self.table = None
 
     def fail(self, msg: str, cls=InputError):
         raise cls(one_line(f"{self.where}: {msg}"))
 
     def text(self, *values, what: str = "a name"):
-        # protobuf hands back bytes for a string field holding invalid UTF-8
-        for v in values:
+        for v in values:  # protobuf hands back bytes for a string field holding invalid UTF-8
             if isinstance(v, bytes):
                 self.fail(f"{what} {quote(v)} is not valid UTF-8 (the file is damaged)")
 
     # -- model ------------------------------------------------------------
-    def model(self, m: onnx.ModelProto):
+    def model(self, m: onnx.ModelProto, scan=None) -> ArrayTable | None:
+        """Check ``m``; ``scan``: onnxio.wire.scan of the bytes it was parsed
+        from, if any. Returns the main graph's ArrayTable of ``scan`` when the fuse
+        pass can index it as it is (no subgraph or sparse initializer, nodes in order)."""
         if m.ir_version <= 0:
             self.fail("not an ONNX model: ir_version is missing or invalid "
                       "(the file is damaged or not ONNX)")
@@ -90,19 +107,24 @@ class Validator:
             self.fail("the graph is empty (no nodes and no outputs)")
         if not g.output:
             self.fail("the graph has no outputs")
-        try:
-            if self.scan is not None:
-                self.table = array_pass(self, g, self.scan)
-            else:  # the in-memory API, a big file's skeleton
-                one_pass(self, g, None)
-        except (Recheck, InputError):
-            self.table = None
-            self.graph(g, "", None)  # finds the first fault in graph() order and words it
+        scan = scan if scan is not None and same_counts(g, scan) else None  # else its own bytes are read
+        s = self.scan_of(g) if scan is None else scan
+        in_order = self.graph(g, s, "", None)[1]
         for f in m.functions:
             self.function(f)
+        plain = in_order and not len(g.sparse_initializer) and not (s.node_flags & NF_SUBGRAPH).any()
+        return ArrayTable(g, s) if plain and scan is not None and declined(s) is None else None
+
+    def scan_of(self, graph):
+        """The scanner's arrays of ``graph``'s own serialization, whatever its names."""
+        s = raw_scan(as_model(graph))
+        if s is None or s.status != OK:
+            self.fail(declined(s), UnsupportedError)
+        return s
 
     def _opsets(self, imports, owner: str) -> dict[str, int]:
-        maxes = max_opsets()
+        last = onnx.helper.VERSION_TABLE[-1]  # (release, ir, ai.onnx, ml, training)
+        maxes = {"": onnx.defs.onnx_opset_version(), "ai.onnx.ml": last[3], "ai.onnx.preview.training": last[4]}
         out: dict[str, int] = {}
         for op in imports:
             self.text(op.domain, what="opset domain")
@@ -140,40 +162,44 @@ class Validator:
 
     # -- ops --------------------------------------------------------------
     def node_op(self, n, i: int, opsets: dict[str, int], where: str, in_function: bool = False):
-        # onepass.one_pass checks graphs without calling this: a check added
-        # here needs its trigger there too (it raises Recheck, graph() words it).
+        """A node's names, attribute references and op (graph() finds the node, this words it)."""
         self.text(n.op_type, n.domain, n.name, *n.input, *n.output, what="node name")
         self.text(*(a.name for a in n.attribute), what="attribute name")
         for a in n.attribute:
             if a.ref_attr_name:
                 self._reference(n, i, a, where, in_function)
-        d = norm_domain(n.domain)
+        fault = self.op_fault(n.op_type, n.domain, opsets)
+        if fault:
+            self.fail(f"node {_node_label(n, i)} in {where}{fault}")
+
+    def op_fault(self, op: str, domain: str, opsets: dict[str, int]) -> str | None:
+        """Why a node of ``op`` in ``domain`` is refused at ``opsets`` (the end
+        of its line), else None: its domain must be imported and, in an ONNX
+        domain, onnx must know the op at that opset (or a local function be it)."""
+        d = norm_domain(domain)
         if d not in opsets:
-            self.fail(f"node {_node_label(n, i)} in {where} uses domain {quote(n.domain)}, "
-                      "which the model does not import (no opset_import entry)")
-        if d not in ONNX_DOMAINS or (d, n.op_type) in self.local_functions:
-            return  # custom / contrib domains are passed through
-        key = (n.op_type, d, opsets[d])
+            return f" uses domain {quote(domain)}, which the model does not import (no opset_import entry)"
+        if d not in ONNX_DOMAINS or (d, op) in self.local_functions:
+            return None  # custom / contrib domains are passed through
+        key = (op, d, opsets[d])
         if key not in self.schema_errors:
             err = None
             try:
-                onnx.defs.get_schema(n.op_type, opsets[d], d)
+                onnx.defs.get_schema(op, opsets[d], d)
             except Exception:  # onnx's SchemaError
                 shown = d or "ai.onnx"
-                if onnx.defs.has(n.op_type, d):
-                    err = (f"op {quote(n.op_type)} does not exist in {shown} opset "
+                if onnx.defs.has(op, d):
+                    err = (f": op {quote(op)} does not exist in {shown} opset "
                            f"{opsets[d]} (it was added in a later opset)")
                 else:
-                    err = f"unknown op {quote(n.op_type)} in domain {quote(shown)}"
+                    err = f": unknown op {quote(op)} in domain {quote(shown)}"
             self.schema_errors[key] = err
-        if self.schema_errors[key]:
-            self.fail(f"node {_node_label(n, i)} in {where}: {self.schema_errors[key]}")
+        return self.schema_errors[key]
 
     def _reference(self, n, i: int, a, where: str, in_function: bool):
-        """An attribute naming a function attribute (ref_attr_name) holds no
-        data of its own, and exists only in functions (the IR spec): with
-        both, one reader takes the reference and another the value (ONNX
-        Runtime does one thing, a literal reading the other)."""
+        """A reference to a function attribute (ref_attr_name) holds no data
+        and exists only in functions (the IR spec): with a value too, ONNX
+        Runtime takes the reference, a literal reading the value."""
         if not in_function:
             self.fail(f"node {_node_label(n, i)} in {where}: attribute {quote(a.name)} refers to a function "
                       f"attribute ({quote(a.ref_attr_name)}) outside any function")
@@ -182,23 +208,118 @@ class Validator:
                       f"attribute {quote(a.ref_attr_name)} and also holds a value of its own")
 
     # -- graphs -----------------------------------------------------------
-    def graph(self, g, gpath: str, outer: Scope | None) -> set:
-        """Check one graph (recursively); return the outer-scope names it reads."""
-        where = f"graph {quote(gpath)}" if gpath else "the main graph"
-        inputs = set()
-        self.text(*(vi.name for vi in (*g.input, *g.output, *g.value_info)),
-                  what="value name")
-        for vi in g.input:
-            if vi.name in inputs:
-                self.fail(f"{where} declares input {quote(vi.name)} twice")
-            inputs.add(vi.name)
-        inits = set()
-        for t in g.initializer:
-            self.text(t.name, what="initializer name")
-            if t.name in inits:
-                self.fail(f"{where} has two initializers named {quote(t.name)}")
-            inits.add(t.name)
-            self.tensor(t)
+    def graph(self, g, s, gpath: str, outer: Scope | None) -> tuple[set, bool]:
+        """Check one graph (recursively) from ``s``, the scanner's arrays of
+        its bytes, in the order a reader meets its faults: value names,
+        inputs, initializers, node outputs, node by node (names, op, attribute
+        tensors, reads, subgraphs), graph outputs, cycles. Returns the outer
+        names it reads, and whether each node reads only names written before it."""
+        where, n, names = f"graph {quote(gpath)}" if gpath else "the main graph", s.n_nodes, s.names
+        bad = (s.str_flags & SF_BAD_UTF8) != 0
+        any_bad = bool(bad.any())
+        inputs, inits = s.input_name, s.init_name
+        if any_bad:
+            self._utf8(s, np.concatenate([inputs, s.output_name, s.vi_name]), "value name")
+        k = first_repeat(inputs)
+        if k >= 0:
+            self.fail(f"{where} declares input {quote(names[int(inputs[k])])} twice")
+        k_text = first_true(bad[inits]) if any_bad else -1
+        k_dup = first_repeat(inits)
+        stop = min(k for k in (k_text, k_dup, len(inits)) if k >= 0)
+        for k in np.flatnonzero(~s.tensors("init_").plain()[:stop]).tolist() if stop else ():
+            self.tensor(g.initializer[k])
+        if k_text == stop:
+            self._utf8(s, inits[stop:], "initializer name")
+        if k_dup == stop:
+            self.fail(f"{where} has two initializers named {quote(names[int(inits[stop])])}")
+        given = np.zeros(len(names), bool)
+        given[inputs] = given[inits] = True
+        if len(g.sparse_initializer):
+            given[self._sparse(g, s, where)] = True
+        # node outputs: each name written once, never over an input or initializer
+        written = s.out_ids != 0
+        outs, out_node = s.out_ids[written], np.repeat(np.arange(n), np.diff(s.node_out_off))[written]
+        k_twice = -1 if len(unique(outs)) == len(outs) else first_repeat(outs)
+        k_over = first_true(given[outs])
+        if max(k_twice, k_over) >= 0:
+            k = min(k for k in (k_twice, k_over) if k >= 0)
+            o, i = int(outs[k]), int(out_node[k])
+            if k == k_twice:
+                j = int(out_node[np.argmax(outs == o)])
+                self.fail(f"tensor {quote(names[o])} in {where} is produced twice (by node "
+                          f"{_node_label(g.node[j], j)} and node {_node_label(g.node[i], i)}); "
+                          "an ONNX graph must assign each name once")
+            self.fail(f"node {_node_label(g.node[i], i)} in {where} overwrites graph "
+                      f"input/initializer {quote(names[o])}; an ONNX graph must assign each name once")
+        producer = np.full(len(names), -1, np.int64)
+        producer[outs] = out_node
+        known = given | (producer >= 0)
+        here = Scope(s, known, outer)
+        # node by node: the first node with each kind of fault (node_op's order, then its reads)
+        faults = [n] * 5  # names, attribute names, references, op, reads
+        if any_bad:
+            faults[0] = first_true(bad[s.node_op] | bad[s.node_dom] | bad[s.node_name]
+                               | any_per_node(bad[s.in_ids], s.node_in_off)
+                               | any_per_node(bad[s.out_ids], s.node_out_off), n)
+            faults[1] = first_true(any_per_node(bad[s.attr_name], s.node_attr_off), n)
+        faults[2] = first_true((s.node_flags & NF_REF) != 0, n)
+        faults[3] = self._first_bad_op(s, bad, n)
+        reader = np.repeat(np.arange(n), np.diff(s.node_in_off))
+        free: set = set()
+        unknown = ~known[s.in_ids] & (s.in_ids != 0)
+        for p in np.flatnonzero(unknown).tolist():
+            name = s.parsed(int(s.in_ids[p]))
+            if outer is None or name not in outer:
+                faults[4], unread = int(reader[p]), name
+                break
+            free.add(name)
+        first = min(faults)
+        # attribute tensors and subgraphs of the nodes before the first fault,
+        # node by node (a node's tensors come before its reads, its subgraphs after)
+        odd = s.odd_attributes()
+        lo = 0
+        sub_reads: list[tuple[int, int]] = []  # (node, the node writing an outer name its subgraph reads)
+        for i in np.flatnonzero(s.node_flags[:first] & NF_SUBGRAPH).tolist():
+            self._attr_tensors(g, s, odd, lo, i + 1)
+            lo = i + 1
+            node = g.node[i]
+            for attr, sg in subgraphs(node):
+                sub_path = f"{gpath}/{node.name or f'#{i}'}/{attr}".lstrip("/")
+                for x in self.graph(sg, self.scan_of(sg), sub_path, here)[0]:
+                    j = s.find(x)
+                    if j > 0 and producer[j] >= 0:
+                        sub_reads.append((i, int(producer[j])))
+                    elif not (j >= 0 and given[j]):
+                        if outer is None or x not in outer:
+                            self._undefined(f"a subgraph of node {_node_label(node, i)}", where, x)
+                        free.add(x)
+        self._attr_tensors(g, s, odd, lo, first + (faults[4] == first < min(faults[:4])))
+        if first < n:
+            node = g.node[first]
+            if min(faults[:4]) == first:
+                self.node_op(node, first, self.opsets, where)
+                raise AssertionError("node_op found no fault where the arrays showed one")
+            self._undefined(f"node {_node_label(node, first)}", where, unread)
+        for o in s.output_name.tolist():
+            if not known[o]:
+                name = s.parsed(o)
+                if outer is None or name not in outer:
+                    self.fail(f"graph output {quote(name)} of {where} is never defined "
+                              "(no input, initializer or node output has that name)")
+                free.add(name)
+        return free, self._acyclic(g.node, s, producer, sub_reads, where)
+
+    def _undefined(self, reader: str, where: str, name):
+        self.fail(f"{reader} in {where} reads {quote(name)}, which is never defined "
+                  "(no graph input, initializer or node output has that name)")
+
+    def _utf8(self, s, ids: np.ndarray, what: str):
+        """Refuse the first of the string ids ``ids`` that is not UTF-8, if any."""
+        self.text(*(s.names.raw(i) for i in ids[(s.str_flags[ids] & SF_BAD_UTF8) != 0][:1].tolist()), what=what)
+
+    def _sparse(self, g, s, where: str) -> list[int]:
+        """The sparse initializers' checks (the scan leaves them out); their names' string ids."""
+        inits = set(s.names.take(s.init_name))
         for st in g.sparse_initializer:
             name = st.values.name
             self.text(name, what="initializer name")
@@ -207,79 +328,51 @@ class Validator:
             inits.add(name)
             self.tensor(st.values)
             self.tensor(st.indices)
-        defined = inputs | inits
-        producer: dict = {}
-        nodes = g.node
-        for i, n in enumerate(nodes):
-            for o in n.output:
-                if not o:
-                    continue  # omitted optional output
-                if o in producer:
-                    j = producer[o]
-                    self.fail(f"tensor {quote(o)} in {where} is produced twice (by node "
-                              f"{_node_label(nodes[j], j)} and node {_node_label(n, i)}); "
-                              "an ONNX graph must assign each name once")
-                if o in defined:
-                    self.fail(f"node {_node_label(n, i)} in {where} overwrites graph "
-                              f"input/initializer {quote(o)}; an ONNX graph must assign each name once")
-                producer[o] = i
-        here = Scope(defined | producer.keys(), outer)
-        free: set = set()
-        deps: list[set] = [set() for _ in nodes]
+        ids = s.find_many([st.values.name for st in g.sparse_initializer])
+        return ids[ids >= 0].tolist()
 
-        def use(name, i, n, via_subgraph=False):
-            # the reader's label is built only for the message (most reads are fine)
-            if name in producer:
-                deps[i].add(producer[name])
-            elif name in defined:
-                pass
-            elif outer is not None and name in outer:
-                free.add(name)
-            else:
-                what = ("a subgraph of node " if via_subgraph else "node ") + _node_label(n, i)
-                self.fail(f"{what} in {where} reads {quote(name)}, which is never defined "
-                          "(no graph input, initializer or node output has that name)")
+    def _first_bad_op(self, s, bad: np.ndarray, n: int) -> int:
+        """The first node whose (op, domain) op_fault refuses, else n."""
+        kind = s.node_op.astype(np.int64) << 32 | s.node_dom.astype(np.int64)
+        wrong = [k for k in unique(kind).tolist() if not (bad[k >> 32] or bad[k & 0xFFFFFFFF])
+                 and self.op_fault(s.names[k >> 32], s.names[k & 0xFFFFFFFF], self.opsets)]
+        return first_true(np.isin(kind, wrong), n) if wrong else n
 
-        for i, n in enumerate(nodes):
-            self.node_op(n, i, self.opsets, where)
-            for t in attr_tensors(n.attribute):
+    def _attr_tensors(self, g, s, odd: np.ndarray, lo: int, hi: int):
+        """Validator.tensor for the attribute tensors of nodes lo..hi-1 the
+        vectorised check leaves (``odd``: wire.Scan.odd_attributes)."""
+        if hi <= lo or not len(odd):
+            return
+        first, last = s.node_attr_off[lo], s.node_attr_off[min(hi, s.n_nodes)]
+        for a in odd[(odd >= first) & (odd < last)].tolist():
+            i = int(np.searchsorted(s.node_attr_off, a, side="right")) - 1
+            for t in attr_tensors([g.node[i].attribute[a - int(s.node_attr_off[i])]]):
                 self.tensor(t)
-            for x in n.input:
-                if x:
-                    use(x, i, n)
-            for attr, sg in subgraphs(n):
-                sub_path = f"{gpath}/{n.name or f'#{i}'}/{attr}".lstrip("/")
-                for x in self.graph(sg, sub_path, here):
-                    use(x, i, n, via_subgraph=True)
-        for o in g.output:
-            if o.name in producer or o.name in defined:
-                continue
-            if outer is not None and o.name in outer:
-                free.add(o.name)
-                continue
-            self.fail(f"graph output {quote(o.name)} of {where} is never defined "
-                      "(no input, initializer or node output has that name)")
-        self._acyclic(nodes, deps, where)
-        return free
 
-    def _acyclic(self, nodes, deps: list[set], where: str):
+    def _acyclic(self, nodes, s, producer: np.ndarray, sub_reads: list, where: str) -> bool:
+        """Whether each node reads only names written before it (so the graph
+        is acyclic); else Kahn's algorithm, and a cycle named through one node."""
+        reader = np.repeat(np.arange(s.n_nodes), np.diff(s.node_in_off))
+        dep = producer[s.in_ids]
+        if not (dep >= reader).any() and all(j < i for i, j in sub_reads):
+            return True
+        deps: list[set] = [set() for _ in nodes]
+        for i, j in [*zip(reader.tolist(), dep.tolist()), *sub_reads]:
+            if j >= 0:
+                deps[i].add(j)
         users: list[list[int]] = [[] for _ in nodes]
-        indeg = [0] * len(nodes)
         for i, ds in enumerate(deps):
             for d in ds:
                 users[d].append(i)
-                indeg[i] += 1
+        indeg = [len(ds) for ds in deps]
         ready = [i for i, k in enumerate(indeg) if k == 0]
-        done = 0
-        while ready:
-            i = ready.pop()
-            done += 1
+        for i in ready:  # grows while it is walked
             for u in users[i]:
                 indeg[u] -= 1
                 if indeg[u] == 0:
                     ready.append(u)
-        if done == len(nodes):
-            return
+        if len(ready) == len(nodes):
+            return False
         # Every node left has an unprocessed dependency: following those must
         # revisit a node, which lies on a cycle.
         i = next(k for k, v in enumerate(indeg) if v > 0)
@@ -392,16 +485,16 @@ def validate_model(model: onnx.ModelProto, *, base_dir: str | None = None,
 
 
 def validate_model_table(model: onnx.ModelProto, *, base_dir: str | None = None, where: str = "model",
-                         scan=None) -> tuple[tuple[str, ...], object]:
-    """validate_model, and the main graph's nodes as read in one pass: a
-    NodeTable, or an ArrayTable when ``scan`` (onnxio.wire.scan of the bytes
-    ``model`` was parsed from) was given; None when graph() read them."""
-    v = Validator(where, os.path.realpath(base_dir) if base_dir is not None else None, scan)
+                         scan=None) -> tuple[tuple[str, ...], ArrayTable | None]:
+    """validate_model, and the main graph's ArrayTable (Validator.model)
+    when ``scan`` (onnxio.wire.scan of the bytes ``model`` was parsed from)
+    is given."""
+    v = Validator(where, os.path.realpath(base_dir) if base_dir is not None else None)
     try:
-        v.model(model)
+        table = v.model(model, scan)
     except RecursionError:
         v.fail("subgraphs are nested too deeply")
     if model.functions and expanded_nodes(model) > MAX_EXPANDED_NODES:
         v.fail(f"its model-local functions expand to over {MAX_EXPANDED_NODES:,} nodes at their calls "
                "(functions calling functions several times, nested: a call bomb)")
-    return tuple(sorted(v.data_files)), v.table
+    return tuple(sorted(v.data_files)), table

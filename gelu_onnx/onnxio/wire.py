@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..libs import find, reinstall_command
-from .format import len_field
+from .format import ELEM_BITS, KNOWN_TYPES, elem_bits, len_field
 
 LIBRARY = "libgelu_onnx_scan.so"
 ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
@@ -167,25 +167,51 @@ class Scan:
     """One model's main graph as arrays (see the module doc); ``find`` looks
     a string up in the scanner's own table (no Python dict of every name)."""
 
-    def __init__(self, lib, handle, status: int, message: str, arrays: dict, blob: bytes, data: bytes):
+    def __init__(self, lib, handle, status: int, message: str, blob: bytes, data: bytes):
         self._lib, self._handle = lib, handle
         self.data = data  # the bytes scanned
-        self.status, self.message, self.arrays = status, message, arrays
-        self.names = Names(blob, arrays["str_off"])
+        self.status, self.message, self.arrays = status, message, {}
+        self.names = Names(blob, self.str_off)
 
     def __getattr__(self, name):
-        try:
-            return self.__dict__["arrays"][name]
-        except KeyError:
-            raise AttributeError(name) from None
+        """An array, copied from the scanner's result on first use (a small
+        graph's validation reads half of them: each copy is a ctypes call)."""
+        arrays = self.__dict__.get("arrays")
+        if arrays is None or not (name in _I32 or name in _I64):
+            raise AttributeError(name)
+        a = arrays.get(name)
+        if a is None:
+            ctype, fn, dtype = ((ctypes.c_int32, self._lib.gos_i32, np.int32) if name in _I32
+                                else (ctypes.c_int64, self._lib.gos_i64, np.int64))
+            ptr = ctypes.POINTER(ctype)()
+            n = fn(self._handle, name.encode(), ctypes.byref(ptr))
+            a = arrays[name] = np.empty(max(n, 0), dtype)
+            if n > 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
+                ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
+        return a
 
     @property
     def n_nodes(self) -> int:
-        return len(self.arrays["node_op"])
+        return len(self.node_op)
 
     def tensors(self, prefix: str) -> "TensorColumns":
         """The initializers' (``"init_"``) or attribute tensors' (``"at_"``) columns."""
-        return TensorColumns(self.arrays, prefix)
+        return TensorColumns(self, prefix)
+
+    def odd_attributes(self) -> np.ndarray:
+        """The attributes (indices of the attr_* arrays) whose tensors are
+        checked one by one: those the at_* columns show outside the plain
+        case (TensorColumns.plain), and those they leave out (tensors, sparse,
+        t twice)."""
+        loose = (self.attr_flags & NF_TENSOR) != 0
+        if not loose.any() and not len(self.at_attr):
+            return np.zeros(0, np.int64)
+        loose[self.at_attr] = False
+        return np.sort(np.concatenate([self.at_attr[~self.tensors("at_").plain()], np.flatnonzero(loose)]))
+
+    def parsed(self, i: int):
+        """String ``i`` as protobuf hands it back: bytes when it is not UTF-8."""
+        return self.names.raw(i) if self.str_flags[i] & SF_BAD_UTF8 else self.names[i]
 
     def find(self, name: str) -> int:
         """The id of ``name``, -1 when the model has no such string."""
@@ -224,6 +250,12 @@ class Scan:
             self._lib.gos_free(h)
 
 
+# Element types whose size is a whole number of bytes: a raw_data length is
+# checked against dims for these in the plain case.
+_BYTE_TYPES = np.array(sorted(t for t, bits in ELEM_BITS.items() if bits % 8 == 0 and t in KNOWN_TYPES))
+_DIM_LIMIT = 1 << 31  # larger dims: products could overflow int64; those tensors are not plain
+
+
 class TensorColumns:
     """One per-tensor column set of a scan (see the module doc) by column
     name: ``dtype``, ``dims`` by ``dims_off``, ``flags``, ``ext``, ``loc``,
@@ -231,15 +263,29 @@ class TensorColumns:
     ``count``: each tensor's element count, the product of its dims as
     float64 (negative, inf or nan for such dims)."""
 
-    def __init__(self, arrays: dict, prefix: str):
+    def __init__(self, scan: Scan, prefix: str):
         for c in (*_TENSOR_I32, *_TENSOR_I64):
-            setattr(self, c, arrays[prefix + c])
+            setattr(self, c, getattr(scan, prefix + c))
         self.n = n = len(self.dtype)
         self.typed = self.typed.reshape(n, 6)
         self.owner = np.repeat(np.arange(n), np.diff(self.dims_off))
         self.count = np.ones(n, np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             np.multiply.at(self.count, self.owner, self.dims.astype(np.float64))
+
+    def plain(self) -> np.ndarray:
+        """Per tensor, whether it is plainly fine (onnxio.validate.Validator.tensor
+        passes it): a known type, stored inside the file, raw_data no longer
+        than its dims need, no other data field."""
+        if not self.n:
+            return np.zeros(0, bool)
+        bad_dim = np.zeros(self.n, bool)
+        np.logical_or.at(bad_dim, self.owner, (self.dims < 0) | (self.dims >= _DIM_LIMIT))
+        big = bad_dim | ~(self.count < 2.0 ** 52)  # nan too
+        count = np.where(big, 0, self.count)
+        plain = (np.isin(self.dtype, _BYTE_TYPES) & (self.loc == 0) & (self.ext == 0) & ~big
+                 & ((self.flags & (IF_RAW | IF_RAW_TWICE)) == IF_RAW) & (self.typed == 0).all(axis=1))
+        return plain & (self.raw_len <= count * (np.maximum(elem_bits(self.dtype), 0) // 8))
 
 
 def raw_scan(data: bytes) -> Scan | None:
@@ -251,21 +297,13 @@ def raw_scan(data: bytes) -> Scan | None:
     try:
         status = lib.gos_status(handle)
         message = lib.gos_message(handle).decode("utf-8", "replace")
-        arrays = {}
-        for names, ctype, fn, dtype in ((_I32, ctypes.c_int32, lib.gos_i32, np.int32),
-                                        (_I64, ctypes.c_int64, lib.gos_i64, np.int64)):
-            for name in names:
-                ptr = ctypes.POINTER(ctype)()
-                n = fn(handle, name.encode(), ctypes.byref(ptr))
-                arrays[name] = (np.ctypeslib.as_array(ptr, (n,)).copy() if n > 0
-                                else np.zeros(0, dtype))
         blob = ctypes.c_char_p()
         n = lib.gos_blob(handle, ctypes.byref(blob))
         raw = ctypes.string_at(blob, n) if n > 0 else b""
     except BaseException:
         lib.gos_free(handle)
         raise
-    return Scan(lib, handle, status, message, arrays, raw, data)
+    return Scan(lib, handle, status, message, raw, data)
 
 
 def declined(s: Scan | None) -> str | None:
