@@ -1,8 +1,7 @@
 """A graph's nodes as the native scanner read them (onnxio.wire): numpy
-arrays with list- and dict-like views over them (ArrayTable).
-fusion.index.graph.GraphIndex indexes a graph through these views exactly as
-through its own dicts, and the fuse pass's vectorised steps use the arrays:
-no Python object is made per node until something asks for that node.
+arrays (ArrayTable). fusion.index.graph.GraphIndex builds its lists and
+dicts from them in bulk, and the fuse pass's vectorised steps use them as
+they are.
 
 Names are string ids of the scan's table (id 0 is "": an omitted optional
 name). ``producer[s]`` is the node that writes string s (-1: none);
@@ -11,7 +10,7 @@ node order (a node reading a name twice counts once, as GraphIndex counts).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -53,32 +52,6 @@ def any_per_node(mask: np.ndarray, off: np.ndarray) -> np.ndarray:
     c = np.concatenate([[0], np.cumsum(mask)])
     return c[off[1:]] > c[off[:-1]]
 
-class NameLists(Sequence):
-    """Node i's names (inputs or outputs) as a list of str, made on access;
-    ``skip_empty`` leaves out omitted optional names ("")."""
-
-    def __init__(self, off: np.ndarray, ids: np.ndarray, names, skip_empty: bool = False):
-        self._off, self._ids, self._names, self._skip = off, ids, names, skip_empty
-        self._made: dict[int, list] = {}  # the same list each time, as a list of lists would give
-
-    def __len__(self) -> int:
-        return len(self._off) - 1
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        lst = self._made.get(i)
-        if lst is not None:
-            return lst
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self._off) - 1:
-            raise IndexError(i)
-        ids, names = self._ids[self._off[i]:self._off[i + 1]].tolist(), self._names
-        lst = self._made[i] = [names[k] for k in ids if k] if self._skip else [names[k] for k in ids]
-        return lst
-
-
 class LazyList(Sequence):
     """``make(i)`` for each i, made once on access (node protos, labels)."""
 
@@ -96,99 +69,6 @@ class LazyList(Sequence):
         if v is None:
             v = self._items[i] = self._make(i if i >= 0 else i + len(self._items))
         return v
-
-
-_MISSING = object()
-
-
-class LookupMapping(Mapping):
-    """A Mapping answered by one ``_lookup(name, default)``: ``[]``, ``get``
-    and ``in`` without a KeyError raised and caught per miss (the index asks
-    about millions of names)."""
-
-    def _lookup(self, name, default):
-        raise NotImplementedError
-
-    def __getitem__(self, name):
-        v = self._lookup(name, _MISSING)
-        if v is _MISSING:
-            raise KeyError(name)
-        return v
-
-    def get(self, name, default=None):
-        return self._lookup(name, default)
-
-    def __contains__(self, name) -> bool:
-        return self._lookup(name, _MISSING) is not _MISSING
-
-
-class IdMap(LookupMapping):
-    """name -> value for the names of one scan, from an array indexed by
-    string id (``absent``: no value); names are looked up in the scanner's
-    own table, each once."""
-
-    def __init__(self, table: "ArrayTable", values, absent, convert=None):
-        self._t, self._values, self._absent, self._convert = table, values, absent, convert
-
-    def _lookup(self, name, default):
-        i = self._t.id_of(name)
-        if i < 0:
-            return default
-        v = int(self._values[i])
-        if v == self._absent:
-            return default
-        return self._convert(i, v) if self._convert is not None else v
-
-    def __iter__(self):
-        names = self._t.names
-        return (names[i] for i in np.flatnonzero(np.asarray(self._values) != self._absent).tolist())
-
-    def __len__(self) -> int:
-        return int(np.count_nonzero(np.asarray(self._values) != self._absent))
-
-
-class DeclaredOrInitializer(Mapping):
-    """GraphIndex.value_types / value_shapes: what value_info, the graph's
-    inputs and outputs declare (``declared``, by name; ``by_id``, the same by
-    string id), else the initializer's element type (``dims=False``) or dims."""
-
-    def __init__(self, declared: dict, by_id: dict, table: "ArrayTable", dims: bool):
-        self.declared, self.by_id, self._t, self._dims = declared, by_id, table, dims
-
-    def _init(self, name) -> int:
-        i = self._t.id_of(name)
-        return int(self._t.init_of[i]) if i >= 0 else -1
-
-    def __getitem__(self, name):
-        v = self.declared.get(name, _MISSING)
-        if v is not _MISSING:
-            return v
-        k = self._init(name)
-        if k < 0:
-            raise KeyError(name)
-        s = self._t.scan
-        if self._dims:
-            return s.init_dims[s.init_dims_off[k]:s.init_dims_off[k + 1]].tolist()
-        return int(s.init_dtype[k])
-
-    def get(self, name, default=None):
-        try:
-            return self[name]
-        except KeyError:
-            return default
-
-    def __contains__(self, name) -> bool:
-        return name in self.declared or self._init(name) >= 0
-
-    def __iter__(self):
-        yield from self.declared
-        names = self._t.names
-        for i in self._t.scan.init_name.tolist():
-            if names[i] not in self.declared:
-                yield names[i]
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def outer_references(graph) -> set[str]:
@@ -228,10 +108,6 @@ class ArrayTable:
         self.domains: list[str] = strings[s.node_dom].tolist()
         nodes = graph.node
         self.nodes = LazyList(n, nodes.__getitem__)
-        names = self.names  # not self: a closure over the table would be a reference cycle
-        self.labels = LazyList(n, lambda i: names[int(s.node_name[i])])
-        self.ins = NameLists(s.node_in_off, s.in_ids, self.names)
-        self.outs = NameLists(s.node_out_off, s.out_ids, self.names)
         self.with_subgraphs: list[int] = np.flatnonzero(s.node_flags & NF_SUBGRAPH).tolist()
         self.attributed: list[int] = np.flatnonzero(np.diff(s.node_attr_off) > 0).tolist()
         nstr = len(self.names)
@@ -264,7 +140,6 @@ class ArrayTable:
         self.init_of = np.full(nstr, -1, np.int32)
         self.init_of[s.init_name] = np.arange(len(s.init_name), dtype=np.int32)
         self._ids: dict[str, int] = {}
-        self._cons_lists: dict[int, list] = {}
 
     # -- names ---------------------------------------------------------------
     def id_of(self, name) -> int:
@@ -275,26 +150,6 @@ class ArrayTable:
             if i is None:
                 i = self._ids[name] = self.scan.find(name) if isinstance(name, str) else -1
         return i
-
-    def consumers_of(self, i: int) -> list[int]:
-        lst = self._cons_lists.get(i)
-        if lst is None:
-            lst = self._cons_lists[i] = self.cons_nodes[self.cons_off[i]:self.cons_off[i + 1]].tolist()
-        return lst
-
-    # -- GraphIndex's views ----------------------------------------------------
-    def producer_map(self) -> Mapping:
-        """name -> the node that writes it."""
-        return IdMap(self, self.producer, -1)
-
-    def consumer_map(self) -> Mapping:
-        """name -> the nodes that read it (a list, node order; absent: nobody)."""
-        return IdMap(self, np.diff(self.cons_off), 0, lambda i, _: self.consumers_of(i))
-
-    def initializer_map(self) -> Mapping:
-        """name -> its TensorProto (main graph initializers)."""
-        inits = self.graph.initializer
-        return IdMap(self, self.init_of, -1, lambda _, k: inits[k])
 
 
 def same_counts(g, s) -> bool:

@@ -94,8 +94,6 @@ def _library():
                     lib.gos_find_many.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
                                                   ctypes.c_int64, ctypes.POINTER(ctypes.c_int32)]
                     lib.gos_find_many.restype = ctypes.c_int64
-                    lib.gos_distinct.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
-                    lib.gos_distinct.restype = ctypes.c_int32
                     _lib = lib
             except (OSError, AttributeError):
                 _lib = False
@@ -229,20 +227,6 @@ class Scan:
             self._lib.gos_find_many(self._handle, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
                                     len(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
         return out
-
-    def find_blob(self, blob: bytes, off: np.ndarray) -> np.ndarray:
-        """find() of each string blob[off[k]:off[k+1]], as an int32 array."""
-        off = np.ascontiguousarray(off, np.int64)
-        out = np.empty(len(off) - 1, np.int32)
-        if len(out):
-            self._lib.gos_find_many(self._handle, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
-                                    len(out), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
-        return out
-
-    def distinct_blob(self, blob: bytes, off: np.ndarray) -> bool:
-        """Whether the strings blob[off[k]:off[k+1]] are all different."""
-        off = np.ascontiguousarray(off, np.int64)
-        return bool(self._lib.gos_distinct(blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(off) - 1))
 
     def __del__(self):
         h, self._handle = getattr(self, "_handle", None), None

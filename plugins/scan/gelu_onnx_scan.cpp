@@ -783,26 +783,6 @@ int64_t gos_find_many(const gos_result* r, const char* blob, const int64_t* off,
   return count;
 }
 
-int32_t gos_distinct(const char* blob, const int64_t* off, int64_t count) {
-  if (count < 2) return 1;
-  size_t n = 16;
-  while (n < size_t(count) * 2) n <<= 1;
-  std::vector<int64_t> slots(n, -1);
-  for (int64_t k = 0; k < count; ++k) {
-    const uint8_t* s = reinterpret_cast<const uint8_t*>(blob + off[k]);
-    size_t len = size_t(off[k + 1] - off[k]);
-    for (size_t i = size_t(hash_bytes(s, len)) & (n - 1);; i = (i + 1) & (n - 1)) {
-      if (slots[i] < 0) {
-        slots[i] = k;
-        break;
-      }
-      int64_t j = slots[i];
-      if (size_t(off[j + 1] - off[j]) == len && std::memcmp(blob + off[j], s, len) == 0) return 0;
-    }
-  }
-  return 1;
-}
-
 void gos_free(gos_result* r) { delete r; }
 
 int32_t gos_version(void) { return kVersion; }

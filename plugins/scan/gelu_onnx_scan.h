@@ -55,8 +55,6 @@ GOS_API int64_t gos_blob(const gos_result* r, const char** out);
 GOS_API int64_t gos_find(const gos_result* r, const char* s, int64_t n);
 /* gos_find for count strings: string k is blob[off[k]..off[k+1]); ids to out. */
 GOS_API int64_t gos_find_many(const gos_result* r, const char* blob, const int64_t* off, int64_t count, int32_t* out);
-/* 1 when the count strings blob[off[k]..off[k+1]) are all different, else 0. */
-GOS_API int32_t gos_distinct(const char* blob, const int64_t* off, int64_t count);
 GOS_API void gos_free(gos_result* r);
 /* The ABI version of this library (the Python side checks it). */
 GOS_API int32_t gos_version(void);

@@ -120,7 +120,7 @@ def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
     whose other operand already has at least its rank, so the constant acts
     as a scalar there (tf2onnx folds Keras' scalars into [1, 1, 1, 1] on NHWC
     tensors). Ranks unknown: not a scalar (a [1, 1] could widen a vector)."""
-    readers = idx.consumers.get(name, [])
+    readers = idx.consumers[name]
     for i in readers:
         ins = idx.raw_ins[i]
         if idx.ops[i] not in BINARY_OPS or idx.domains[i] not in DEFAULT_DOMAINS or len(ins) != 2:
@@ -132,10 +132,34 @@ def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
     return bool(readers)
 
 
-def _per_node(names: np.ndarray, off: np.ndarray, ids: np.ndarray) -> list[list[str]]:
-    """Each node's names (inputs or outputs, by the scanner's offsets) as a list."""
-    flat, o = names[ids].tolist(), off.tolist()
-    return [flat[a:b] for a, b in zip(o, o[1:])]
+class _PerNode(dict):
+    """Node i's names (inputs or outputs) as a list, made on first access and
+    then answered by the dict itself (no Python call per repeat): a deep
+    export's matcher touches a few of its nodes, a chain's every node often."""
+
+    def __init__(self, names, off: np.ndarray, ids: np.ndarray, skip_empty: bool = False):
+        super().__init__()
+        self._names, self._off, self._ids, self._skip = names, off, ids, skip_empty
+
+    def __missing__(self, i: int) -> list[str]:
+        names, ids = self._names, self._ids[self._off[i]:self._off[i + 1]].tolist()
+        v = self[i] = [names[k] for k in ids if k] if self._skip else [names[k] for k in ids]
+        return v
+
+
+class _Readers(dict):
+    """Name -> the nodes that read it (a list, node order; [] for none),
+    made on first access from the table's arrays (``idx.consumers[name]``)."""
+
+    def __init__(self, table):
+        super().__init__()
+        self._t = table
+
+    def __missing__(self, name: str) -> list[int]:
+        t = self._t
+        i = t.id_of(name)
+        v = self[name] = t.cons_nodes[t.cons_off[i]:t.cons_off[i + 1]].tolist() if i > 0 else []
+        return v
 
 
 class GraphIndex:
@@ -197,21 +221,15 @@ class GraphIndex:
         self.ops, self.domains = table.ops, table.domains
         self.labels: list[str] = names[s.node_name].tolist()
         self.attributed = set(table.attributed)
-        # The matcher asks ~100 questions per anchor: plain lists and dicts,
-        # made in bulk from the arrays, answer each in one lookup (views
-        # that made them on access cost ~10x more per question).
-        self.raw_ins = _per_node(names, s.node_in_off, s.in_ids)
-        self.outs = _per_node(names, s.node_out_off, s.out_ids)
-        self.ins = self.raw_ins
-        if not s.in_ids.all():  # omitted optional inputs ("", id 0): left out of ins
-            self.ins = list(self.raw_ins)
-            for i in np.unique(np.repeat(np.arange(table.n), table.in_count)[s.in_ids == 0]).tolist():
-                self.ins[i] = [x for x in self.raw_ins[i] if x]
+        # The matcher asks ~100 questions per anchor: dicts answer each in one
+        # lookup (a view that made its answer per access cost ~10x more per
+        # question); lists are made on first access, the producers in bulk.
+        self.raw_ins = _PerNode(table.names, s.node_in_off, s.in_ids)
+        self.ins = _PerNode(table.names, s.node_in_off, s.in_ids, skip_empty=True)
+        self.outs = _PerNode(table.names, s.node_out_off, s.out_ids)
         written = np.flatnonzero(table.producer >= 0)
         self.producer = dict(zip(names[written].tolist(), table.producer[written].tolist()))
-        read = np.flatnonzero(np.diff(table.cons_off)).tolist()
-        off, readers = table.cons_off.tolist(), table.cons_nodes.tolist()
-        self.consumers = {names[i]: readers[off[i]:off[i + 1]] for i in read}
+        self.consumers = _Readers(table)
         self.nested: list[int] = table.with_subgraphs  # nodes that hold subgraphs
         self.arrays = table
 

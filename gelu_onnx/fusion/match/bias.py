@@ -109,7 +109,7 @@ def find_bias(idx: GraphIndex, m: Match) -> Match:
     node = idx.node(p)
     if node.op_type != "Add" or not is_default_domain(node) or len(node.input) != 2:
         return m
-    if any(c not in m.nodes for c in idx.consumers.get(m.leaf, [])):
+    if any(c not in m.nodes for c in idx.consumers[m.leaf]):
         return m
     for b, h in ((node.input[1], node.input[0]), (node.input[0], node.input[1])):
         dims = const_dims(idx, b)

@@ -129,7 +129,7 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
         t, d = frontier.pop()
         if d >= MAX_ROOT_DEPTH:
             continue
-        for c in consumers.get(t, ()):
+        for c in consumers[t]:
             if not _node_class(idx, c) or ops[c] in ANCHOR_OPS:
                 continue
             o = idx.outs[c][0]

@@ -206,7 +206,7 @@ def _type_only_reader(idx: GraphIndex, c: int, o: str, region: set[int], consts)
     if n.op_type != "CastLike" or n.domain not in DEFAULT_DOMAINS or list(n.input[1:]) != [o] or n.input[0] == o:
         return False
     out = n.output[0]
-    return out in consts and out not in idx.graph_outputs and all(r in region for r in idx.consumers.get(out, []))
+    return out in consts and out not in idx.graph_outputs and all(r in region for r in idx.consumers[out])
 
 
 def region_key(idx: GraphIndex, anchor: int, nodes: list[int], leaf: str, root: str, consts) -> tuple:
@@ -289,7 +289,7 @@ def intermediate_violation(idx: GraphIndex, nodes: list[int], root: str, consts=
                 continue
             if o in idx.graph_outputs:
                 return Code.GRAPH_OUTPUT, f"intermediate '{o}' is a graph output"
-            cs = idx.consumers.get(o, ())
+            cs = idx.consumers[o]
             if all(c in region for c in cs):
                 continue
             if readers is not None:

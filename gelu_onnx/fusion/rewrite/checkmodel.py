@@ -166,7 +166,7 @@ def self_contained(idx, mt) -> bool:
     inner = [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
     if len(idx.graph.value_info) and any(o in idx.value_types for o in inner):
         return False
-    return all(c in region for o in inner for c in idx.consumers.get(o, ()))
+    return all(c in region for o in inner for c in idx.consumers[o])
 
 
 def class_key(idx, mt) -> tuple:

@@ -30,7 +30,7 @@ class NameGen:
 
     def _taken(self, name: str) -> bool:
         return name in self.used or any(
-            name in ix.producer or name in ix.consumers or name in ix.initializers or name in ix.graph_inputs
+            name in ix.producer or bool(ix.consumers[name]) or name in ix.initializers or name in ix.graph_inputs
             or name in ix.value_types or name in ix.node_names() for ix in self.indexes)
 
     def __call__(self, base: str) -> str:
