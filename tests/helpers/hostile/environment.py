@@ -211,7 +211,9 @@ register("memory/fuse_parsing_the_whole_model_under_300_mib", _memory_case(_fuse
 register("memory/fuse_on_the_splice_path_fits_in_400_mib", _memory_case(_fuse_it, 400, ok=True))
 register("memory/inspect_under_250_mib", _memory_case(lambda root, src: (["inspect", src], ()), 250,
                                                       {"GELU_ONNX_SPLICE": "0"}))
-register("memory/check_under_600_mib", _memory_case(lambda root, src: (["check", src, src], ()), 600))
+# check of the 74 MB model fits in 450-600 MiB of address space since its
+# reference keeps the big weights in their file (it needed more than 600 before)
+register("memory/check_under_300_mib", _memory_case(lambda root, src: (["check", src, src], ()), 300))
 register("memory/start_under_80_mib", _memory_case(_fuse_it, 80))
 
 
