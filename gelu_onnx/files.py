@@ -26,6 +26,7 @@ import onnx
 from onnx import ModelProto
 
 from . import interrupts, onnxio, ortlib
+from .cliout import collapse_whitespace
 from .errors import GeluOnnxError, InputError, MissingFileError, UnsupportedError
 from .fusion import functions, targets
 from .fusion import plan as fusion
@@ -218,7 +219,7 @@ def check_input(loaded, src, skeleton=None, check_model: bytes | None = None) ->
                 onnx.checker.check_model(onnx.load_model(path, load_external_data=False), full_check=True)
     except errors as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{src}: the input model fails onnx.checker: {_one_line(first)}") from None
+        raise InputError(f"{src}: the input model fails onnx.checker: {collapse_whitespace(first)}") from None
 
 
 def _quick_check(loaded, skel) -> bool:
@@ -313,12 +314,8 @@ def _checker(model_or_path, shown) -> None:
     try:
         onnx.checker.check_model(model_or_path)
     except (onnx.checker.ValidationError, ValueError) as e:
-        raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {_one_line(str(e).splitlines()[0])} "
-                            "(a bug: please report)") from e
-
-
-def _one_line(s) -> str:
-    return " ".join(str(s).split())
+        first = collapse_whitespace(str(e).splitlines()[0])
+        raise GeluOnnxError(f"{shown}: the fused model fails onnx.checker: {first} (a bug: please report)") from e
 
 
 # --- loading ------------------------------------------------------------------
