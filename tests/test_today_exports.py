@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from models import archs as A  # noqa: E402
-from models.export_models import make_inputs  # noqa: E402
+from models.export_models import Positional, make_inputs  # noqa: E402
 from models.gelu_count import count_torch_gelus  # noqa: E402
 from models.params import randomize_params  # noqa: E402
 
@@ -42,16 +42,6 @@ CASES = [("bert", 20, "fp32"), ("whisper_encoder", 23, "fp32"), ("gpt2", 20, "fp
 _CACHE: dict = {}
 
 
-class _Positional(torch.nn.Module):
-    def __init__(self, model, names):
-        super().__init__()
-        self.model, self.names = model, list(names)
-
-    def forward(self, *args):
-        out = self.model(**dict(zip(self.names, args)), return_dict=False)
-        return tuple(t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor))
-
-
 def _export(name: str, opset: int, dt: str, tmp: Path):
     key = (name, opset, dt)
     if key not in _CACHE:
@@ -66,7 +56,7 @@ def _export(name: str, opset: int, dt: str, tmp: Path):
         forms, _ = count_torch_gelus(model, tins, arch.extra_fns())
         path = tmp / f"{name}_{opset}_{dt}.onnx"
         with torch.no_grad():
-            torch.onnx.export(_Positional(model, list(arch.inputs)).eval(), tuple(tins[n] for n in arch.inputs),
+            torch.onnx.export(Positional(model, list(arch.inputs)).eval(), tuple(tins[n] for n in arch.inputs),
                               str(path), dynamo=True, opset_version=opset, input_names=list(arch.inputs))
         _CACHE[key] = (onnx.load(str(path)), feeds, dict(forms))
     return _CACHE[key]
