@@ -20,7 +20,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helpe
 
 from ...contract import np_dtype
 from ...onnxio import tensor_array
-from ...onnxio.arraytable import unique
+from ...onnxio.arraytable import any_per_node, unique
 from ..ops import BINARY_OPS, DEFAULT_DOMAINS, ELEMENTWISE, FOLDABLE, OPS, cast_to
 from .shapes import elementwise_shape
 
@@ -135,14 +135,17 @@ def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
 class _PerNode(dict):
     """Node i's names (inputs or outputs) as a list, made on first access and
     then answered by the dict itself (no Python call per repeat): a deep
-    export's matcher touches a few of its nodes, a chain's every node often."""
+    export's matcher touches a few of its nodes, a chain's every node often.
+    ``names``, ``off``, ``ids``: plain lists (indexing one is ~10x cheaper
+    than a numpy array's or onnxio's Names')."""
 
-    def __init__(self, names, off: np.ndarray, ids: np.ndarray, skip_empty: bool = False):
+    def __init__(self, names: list[str], off: list[int], ids: list[int], skip_empty: bool = False):
         super().__init__()
         self._names, self._off, self._ids, self._skip = names, off, ids, skip_empty
 
     def __missing__(self, i: int) -> list[str]:
-        names, ids = self._names, self._ids[self._off[i]:self._off[i + 1]].tolist()
+        names = self._names
+        ids = self._ids[self._off[i]:self._off[i + 1]]
         v = self[i] = [names[k] for k in ids if k] if self._skip else [names[k] for k in ids]
         return v
 
@@ -151,15 +154,31 @@ class _Readers(dict):
     """Name -> the nodes that read it (a list, node order; [] for none),
     made on first access from the table's arrays (``idx.consumers[name]``)."""
 
-    def __init__(self, table):
+    def __init__(self, table, ids: dict[str, int]):
         super().__init__()
-        self._t = table
+        self._t, self._ids = table, ids
 
     def __missing__(self, name: str) -> list[int]:
         t = self._t
-        i = t.id_of(name)
+        i = self._ids.get(name, -1)
         v = self[name] = t.cons_nodes[t.cons_off[i]:t.cons_off[i + 1]].tolist() if i > 0 else []
         return v
+
+
+def region_nodes(table) -> list[int]:
+    """Per node, 1 if it may be inside a GELU region, else 0: an op of
+    ops.OPS in the default domain with one output and its arity of
+    operands, none omitted ("" has no value to compute with)."""
+    s, ids = table.scan, table.kind_ids
+    arity = np.full(len(table.names), -1, np.int64)
+    for op, spec in OPS.items():
+        if op in ids:
+            arity[ids[op]] = spec.arity
+    default = np.isin(s.node_dom, [ids.get("", -1), ids.get("ai.onnx", -1)])
+    want = arity[s.node_op]
+    omitted = any_per_node(s.in_ids == 0, s.node_in_off)
+    ok = default & (want >= 0) & (table.out_count == 1) & (table.in_count == want) & ~omitted
+    return ok.astype(np.int8).tolist()
 
 
 class GraphIndex:
@@ -189,13 +208,11 @@ class GraphIndex:
                     declared_shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         self._from_arrays(table, declared_types, declared_shapes)
         # The matcher's per-graph caches (fusion/match/matcher.py, fusion/match/numeric.py),
-        # filled lazily: scalar constants by name, 1/0 = node may / may not be
-        # inside a GELU region (-1 unknown), numeric checks by region key.
+        # filled lazily: scalar constants by name, numeric checks by region key.
         self.scalar_consts: dict[str, ConstInfo | None] = {}
         # shapes from onnx's shape inference, asked only where none is
         # declared (plan sets one bias.InferredShapes per model)
         self.inferred = None
-        self.region_node_class: list[int] = [-1] * len(self.nodes)
         self.check_cache: dict[tuple, tuple | None] = {}
         self.const_keys: dict[str, tuple] = {}  # constant -> (elem type, dtype, stored bytes)
         self._const_cache: dict[str, ConstInfo | None] = {}
@@ -224,12 +241,16 @@ class GraphIndex:
         # The matcher asks ~100 questions per anchor: dicts answer each in one
         # lookup (a view that made its answer per access cost ~10x more per
         # question); lists are made on first access, the producers in bulk.
-        self.raw_ins = _PerNode(table.names, s.node_in_off, s.in_ids)
-        self.ins = _PerNode(table.names, s.node_in_off, s.in_ids, skip_empty=True)
-        self.outs = _PerNode(table.names, s.node_out_off, s.out_ids)
+        every = names.tolist()
+        in_off, in_ids = s.node_in_off.tolist(), s.in_ids.tolist()
+        self.raw_ins = _PerNode(every, in_off, in_ids)
+        self.ins = _PerNode(every, in_off, in_ids, skip_empty=True)
+        self.outs = _PerNode(every, s.node_out_off.tolist(), s.out_ids.tolist())
         written = np.flatnonzero(table.producer >= 0)
         self.producer = dict(zip(names[written].tolist(), table.producer[written].tolist()))
-        self.consumers = _Readers(table)
+        self.name_ids: dict[str, int] = table.names.ids  # every string (names.array() filled it)
+        self.consumers = _Readers(table, self.name_ids)
+        self.region_node_class = region_nodes(table)
         self.nested: list[int] = table.with_subgraphs  # nodes that hold subgraphs
         self.arrays = table
 
@@ -316,10 +337,10 @@ class GraphIndex:
         """Whether ``name`` can be a constant by structure alone: an
         initializer that is no graph input, a Constant node, or a foldable
         node whose inputs all may be (their values are not read)."""
-        if self.parent is not None and not self.defines(name):
-            return self.parent._may_be_constant(name)  # an outer name
-        i = self.arrays.id_of(name)
-        return i >= 0 and bool(self.maybe_constant()[i])
+        i = self.name_ids.get(name, -1)
+        if i < 0:  # not read or written here: an outer name, or none
+            return self.parent is not None and self.parent._may_be_constant(name)
+        return bool(self.maybe_constant()[i])
 
     def maybe_constant(self):
         """_may_be_constant of every string id of the graph (the same

@@ -47,26 +47,6 @@ class Cone:
     truncated: bool = False
 
 
-def region_node_ok(idx: GraphIndex, i: int) -> bool:
-    op = idx.ops[i]
-    return (
-        op in ELEMENTWISE
-        and idx.domains[i] in DEFAULT_DOMAINS
-        and len(idx.outs[i]) == 1
-        and len(idx.raw_ins[i]) == OPS[op].arity
-        and all(idx.raw_ins[i])  # none omitted ("" has no value to compute with)
-    )
-
-
-def _node_class(idx: GraphIndex, i: int) -> int:
-    """Cached per node: 1 = may be inside a GELU region, 0 = not."""
-    cache = idx.region_node_class
-    k = cache[i]
-    if k < 0:
-        k = cache[i] = int(region_node_ok(idx, i))
-    return k
-
-
 def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor: int | None = None,
           fail_fast: bool = False) -> Cone:
     """Backward elementwise cone of ``root``; ``stop`` tensors count as sources.
@@ -78,7 +58,7 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
     cone = Cone()
     seen: set[str] = set()
     todo = [root]
-    scalar = idx.scalar_consts
+    scalar, cls = idx.scalar_consts, idx.region_node_class
     while todo:
         t = todo.pop()
         if t in seen:
@@ -92,8 +72,7 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
             cone.consts.add(t)
             continue
         p = idx.producer.get(t)
-        k = 0 if p is None else _node_class(idx, p)
-        if k == 0 or (anchor is not None and p != anchor and idx.ops[p] in ANCHOR_OPS):
+        if p is None or not cls[p] or (anchor is not None and p != anchor and idx.ops[p] in ANCHOR_OPS):
             cone.sources.append(t)
             if fail_fast:
                 return cone
@@ -124,13 +103,13 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
     found: list[tuple[int, str]] = []
     frontier = [(out, 0)]
     seen = {out}
-    ops, consumers = idx.ops, idx.consumers
+    ops, consumers, cls = idx.ops, idx.consumers, idx.region_node_class
     while frontier:
         t, d = frontier.pop()
         if d >= MAX_ROOT_DEPTH:
             continue
         for c in consumers[t]:
-            if not _node_class(idx, c) or ops[c] in ANCHOR_OPS:
+            if not cls[c] or ops[c] in ANCHOR_OPS:
                 continue
             o = idx.outs[c][0]
             if o in seen:
@@ -153,7 +132,7 @@ def _bad_source(idx: GraphIndex, t: str, anchor: int, leaves: frozenset[str]) ->
     if (idx.scalar_consts[t] if t in idx.scalar_consts else scalar_const(idx, t)) is not None:
         return False
     p = idx.producer.get(t)
-    return p is None or not _node_class(idx, p) or (p != anchor and idx.ops[p] in ANCHOR_OPS)
+    return p is None or not idx.region_node_class[p] or (p != anchor and idx.ops[p] in ANCHOR_OPS)
 
 
 def leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
@@ -170,10 +149,7 @@ def leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
                 continue
             out.append(t)
             p = producer.get(t)
-            if d >= MAX_LEAF_DEPTH or p is None or ops[p] in ANCHOR_OPS:
-                continue
-            k = cls[p]
-            if k != 1 and (k == 0 or _node_class(idx, p) != 1):
+            if d >= MAX_LEAF_DEPTH or p is None or ops[p] in ANCHOR_OPS or not cls[p]:
                 continue
             for n in ins[p]:
                 if n not in seen:
@@ -307,7 +283,7 @@ def _diagnose(idx: GraphIndex, anchor: int, root: str):
                 unknown.append(t)
                 continue
         p = idx.producer.get(t)
-        if p is None or not region_node_ok(idx, p) or (p != anchor and idx.node(p).op_type in ANCHOR_OPS) \
+        if p is None or not idx.region_node_class[p] or (p != anchor and idx.node(p).op_type in ANCHOR_OPS) \
                 or len(nodes) >= MAX_REGION_NODES:
             sources.append(t)
             continue
