@@ -299,7 +299,7 @@ def test_every_main_graph_is_read_by_the_scanner():
     graphs = plan(sub).graphs
     assert len(graphs) == 3 and all(g.index.arrays is not None for g in graphs)
     main = graphs[-1].index
-    assert main.nested == [len(sub.graph.node) - 1] and main.consumers["y"] == [len(sub.graph.node) - 1]
+    assert main.nested == [len(sub.graph.node) - 1] and main.consumers["y"] == (len(sub.graph.node) - 1,)
     assert [g.index.parent for g in graphs[:2]] == [main, main]
     assert len(gelu_onnx.fuse_with_report(sub, "custom").fusions) == 5
 

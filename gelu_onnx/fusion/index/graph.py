@@ -133,39 +133,40 @@ def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
 
 
 class _PerNode(dict):
-    """Node i's names (inputs or outputs) as a list, made on first access and
+    """Node i's names (inputs or outputs) as a tuple, made on first access and
     then answered by the dict itself (no Python call per repeat): a deep
     export's matcher touches a few of its nodes, a chain's every node often.
-    ``names``, ``off``, ``ids``: plain lists (indexing one is ~10x cheaper
-    than a numpy array's or onnxio's Names')."""
+    ``names``, ``off``, ``ids``: tuples (indexing one is ~10x cheaper than
+    a numpy array's or onnxio's Names'). Tuples, not lists, here too: the
+    cycle collector stops tracking a tuple of strings."""
 
-    def __init__(self, names: list[str], off: list[int], ids: list[int], skip_empty: bool = False):
+    def __init__(self, names: tuple[str, ...], off: tuple[int, ...], ids: tuple[int, ...], skip_empty: bool = False):
         super().__init__()
         self._names, self._off, self._ids, self._skip = names, off, ids, skip_empty
 
-    def __missing__(self, i: int) -> list[str]:
+    def __missing__(self, i: int) -> tuple[str, ...]:
         names = self._names
         ids = self._ids[self._off[i]:self._off[i + 1]]
-        v = self[i] = [names[k] for k in ids if k] if self._skip else [names[k] for k in ids]
+        v = self[i] = tuple([names[k] for k in ids if k] if self._skip else [names[k] for k in ids])
         return v
 
 
 class _Readers(dict):
-    """Name -> the nodes that read it (a list, node order; [] for none),
+    """Name -> the nodes that read it (a tuple, node order; () for none),
     made on first access from the table's arrays (``idx.consumers[name]``)."""
 
     def __init__(self, table, ids: dict[str, int]):
         super().__init__()
         self._t, self._ids = table, ids
 
-    def __missing__(self, name: str) -> list[int]:
+    def __missing__(self, name: str) -> tuple[int, ...]:
         t = self._t
         i = self._ids.get(name, -1)
-        v = self[name] = t.cons_nodes[t.cons_off[i]:t.cons_off[i + 1]].tolist() if i > 0 else []
+        v = self[name] = tuple(t.cons_nodes[t.cons_off[i]:t.cons_off[i + 1]].tolist()) if i > 0 else ()
         return v
 
 
-def region_nodes(table) -> list[int]:
+def region_nodes(table) -> tuple[int, ...]:
     """Per node, 1 if it may be inside a GELU region, else 0: an op of
     ops.OPS in the default domain with one output and its arity of
     operands, none omitted ("" has no value to compute with)."""
@@ -178,7 +179,7 @@ def region_nodes(table) -> list[int]:
     want = arity[s.node_op]
     omitted = any_per_node(s.in_ids == 0, s.node_in_off)
     ok = default & (want >= 0) & (table.out_count == 1) & (table.in_count == want) & ~omitted
-    return ok.astype(np.int8).tolist()
+    return tuple(ok.astype(np.int8).tolist())
 
 
 class GraphIndex:
@@ -241,11 +242,13 @@ class GraphIndex:
         # The matcher asks ~100 questions per anchor: dicts answer each in one
         # lookup (a view that made its answer per access cost ~10x more per
         # question); lists are made on first access, the producers in bulk.
-        every = names.tolist()
-        in_off, in_ids = s.node_in_off.tolist(), s.in_ids.tolist()
+        # tuples: the cycle collector stops tracking a tuple of atoms, so its
+        # full passes do not walk these million-entry columns again and again
+        every = tuple(names.tolist())
+        in_off, in_ids = tuple(s.node_in_off.tolist()), tuple(s.in_ids.tolist())
         self.raw_ins = _PerNode(every, in_off, in_ids)
         self.ins = _PerNode(every, in_off, in_ids, skip_empty=True)
-        self.outs = _PerNode(every, s.node_out_off.tolist(), s.out_ids.tolist())
+        self.outs = _PerNode(every, tuple(s.node_out_off.tolist()), tuple(s.out_ids.tolist()))
         written = np.flatnonzero(table.producer >= 0)
         self.producer = dict(zip(names[written].tolist(), table.producer[written].tolist()))
         self.name_ids: dict[str, int] = table.names.ids  # every string (names.array() filled it)

@@ -16,7 +16,7 @@ from onnx import ModelProto, TensorProto, shape_inference
 
 from ..report import Match
 from ..index.graph import GraphIndex
-from ..ops import is_default_domain
+from ..ops import DEFAULT_DOMAINS, is_default_domain
 from ...onnxio.walk import subgraphs
 
 # Initializers larger than this are given to shape inference without their
@@ -106,12 +106,12 @@ def find_bias(idx: GraphIndex, m: Match) -> Match:
     p = idx.producer.get(m.leaf)
     if p is None or m.leaf in idx.graph_outputs:
         return m
-    node = idx.node(p)
-    if node.op_type != "Add" or not is_default_domain(node) or len(node.input) != 2:
+    ins = idx.raw_ins[p]
+    if idx.ops[p] != "Add" or idx.domains[p] not in DEFAULT_DOMAINS or len(ins) != 2:
         return m
     if any(c not in m.nodes for c in idx.consumers[m.leaf]):
         return m
-    for b, h in ((node.input[1], node.input[0]), (node.input[0], node.input[1])):
+    for b, h in ((ins[1], ins[0]), (ins[0], ins[1])):
         dims = const_dims(idx, b)
         if dims is None or idx.constant(h) is not None or const_dims(idx, h) is not None:
             continue
@@ -147,7 +147,7 @@ def last_dim(idx: GraphIndex, name: str):
 
 def _weight_dim(idx: GraphIndex, name: str):
     p = idx.producer.get(name)
-    if p is None:
+    if p is None or idx.ops[p] not in ("MatMul", "Gemm"):
         return None
     node = idx.node(p)
     if node.op_type == "MatMul" and len(node.input) == 2:
@@ -165,9 +165,9 @@ def _through_identity(idx: GraphIndex, name: str) -> str:
     # The TorchScript exporter dedups equal initializers as Identity(other).
     for _ in range(8):
         p = idx.producer.get(name)
-        if p is None or idx.node(p).op_type != "Identity" or not is_default_domain(idx.node(p)):
+        if p is None or idx.ops[p] != "Identity" or idx.domains[p] not in DEFAULT_DOMAINS:
             return name
-        name = idx.node(p).input[0]
+        name = idx.raw_ins[p][0]
     return name
 
 
@@ -207,7 +207,7 @@ _DERIVED = ("DequantizeLinear", "Reshape", "Unsqueeze")
 
 def _derived(idx: GraphIndex, name: str) -> str | None:
     p = idx.producer.get(name)
-    if p is None or name in idx.initializers:
+    if p is None or name in idx.initializers or idx.ops[p] not in _DERIVED:
         return None
     node = idx.node(p)
     if node.op_type not in _DERIVED or not is_default_domain(node) or len(node.output) != 1:

@@ -176,7 +176,6 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
     region that passes every rule is the match. Without one, the reasons
     gathered on the way (and, for roots with no single x, _diagnose) say
     why, the most specific first."""
-    anode = idx.node(anchor)
     reasons: list[tuple[int, Code, str, float | None]] = []  # (priority, code, reason, distance from a GELU)
 
     def miss(code, reason, error=None):
@@ -242,6 +241,7 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
         d = _diagnose(idx, anchor, root)
         if d:
             miss(*d)
+    anode = idx.node(anchor)
     if not reasons:
         reasons.append((Code.NOT_GELU.priority, Code.NOT_GELU,
                         f"{anode.op_type} is not part of an elementwise x*f(x) GELU spelling", None))
@@ -283,12 +283,12 @@ def _diagnose(idx: GraphIndex, anchor: int, root: str):
                 unknown.append(t)
                 continue
         p = idx.producer.get(t)
-        if p is None or not idx.region_node_class[p] or (p != anchor and idx.node(p).op_type in ANCHOR_OPS) \
+        if p is None or not idx.region_node_class[p] or (p != anchor and idx.ops[p] in ANCHOR_OPS) \
                 or len(nodes) >= MAX_REGION_NODES:
             sources.append(t)
             continue
         nodes.add(p)
-        todo.extend(n for n in idx.node(p).input if n)
+        todo.extend(idx.ins[p])
     if anchor not in nodes or not sources:
         return None
     srcs = sorted(set(sources))
