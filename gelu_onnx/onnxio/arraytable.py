@@ -56,18 +56,21 @@ class LazyList(Sequence):
     """``make(i)`` for each i, made once on access (node protos, labels)."""
 
     def __init__(self, n: int, make):
-        self._items: list = [None] * n
-        self._make = make
+        self._items: dict = {}  # only those made (a list of n slots: a big graph's in every full collection)
+        self._n, self._make = n, make
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._n
 
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        v = self._items[i]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        i = i if i >= 0 else i + self._n
+        v = self._items.get(i)
         if v is None:
-            v = self._items[i] = self._make(i if i >= 0 else i + len(self._items))
+            v = self._items[i] = self._make(i)
         return v
 
 
@@ -104,8 +107,10 @@ class ArrayTable:
         strings[used] = [self.names[int(i)] for i in used]
         # op types and domains -> their string ids
         self.kind_ids: dict[str, int] = {strings[i]: int(i) for i in used}
-        self.ops: list[str] = strings[s.node_op].tolist()
-        self.domains: list[str] = strings[s.node_dom].tolist()
+        # tuples: the cycle collector stops tracking them (a big graph's lists were
+        # walked by every full collection of a fuse)
+        self.ops: tuple[str, ...] = tuple(strings[s.node_op].tolist())
+        self.domains: tuple[str, ...] = tuple(strings[s.node_dom].tolist())
         nodes = graph.node
         self.nodes = LazyList(n, nodes.__getitem__)
         self.with_subgraphs: list[int] = np.flatnonzero(s.node_flags & NF_SUBGRAPH).tolist()

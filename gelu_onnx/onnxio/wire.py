@@ -157,6 +157,7 @@ class Names:
         if arr is None:
             every = self.blob[:-1].decode("utf-8").split("\0")
             arr = self._array = np.array(every, dtype=object)
+            self._cache = tuple(every)  # all decoded; a tuple, which the cycle collector stops tracking
             self.ids = dict(zip(every, range(len(every))))  # every id known: no find() per name
         return arr
 

@@ -58,7 +58,7 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
     cone = Cone()
     seen: set[str] = set()
     todo = [root]
-    scalar, cls = idx.scalar_consts, idx.region_node_class
+    maybe, cls = idx.const_names, idx.region_node_class
     while todo:
         t = todo.pop()
         if t in seen:
@@ -67,7 +67,7 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
         if t in stop and t != root:
             cone.sources.append(t)
             continue
-        c = scalar[t] if t in scalar else scalar_const(idx, t)
+        c = scalar_const(idx, t) if t in maybe else None
         if c is not None:
             cone.consts.add(t)
             continue
@@ -129,7 +129,7 @@ def _bad_source(idx: GraphIndex, t: str, anchor: int, leaves: frozenset[str]) ->
     by an elementwise node (or made by another anchor)."""
     if t in leaves:
         return False
-    if (idx.scalar_consts[t] if t in idx.scalar_consts else scalar_const(idx, t)) is not None:
+    if t in idx.const_names and scalar_const(idx, t) is not None:
         return False
     p = idx.producer.get(t)
     return p is None or not idx.region_node_class[p] or (p != anchor and idx.ops[p] in ANCHOR_OPS)
@@ -139,13 +139,13 @@ def leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
     """Non-constant tensors upstream of the anchor, nearest first. x sits at
     most a few elementwise hops above the transcendental in every spelling."""
     out: list[str] = []
-    scalar, producer, ops, ins, cls = idx.scalar_consts, idx.producer, idx.ops, idx.ins, idx.region_node_class
+    maybe, producer, ops, ins, cls = idx.const_names, idx.producer, idx.ops, idx.ins, idx.region_node_class
     level = list(dict.fromkeys(ins[anchor]))
     seen = set(level)
     for d in range(MAX_LEAF_DEPTH + 1):  # breadth first, one level at a time
         nxt = []
         for t in level:
-            if (scalar[t] if t in scalar else scalar_const(idx, t)) is not None:
+            if t in maybe and scalar_const(idx, t) is not None:
                 continue
             out.append(t)
             p = producer.get(t)
@@ -317,17 +317,18 @@ def find_matches(idx: GraphIndex):
     """All GELU matches and near-misses in one graph (not its subgraphs)."""
     matches: list[Match] = []
     misses: list[NearMiss] = []
-    claimed: set[int] = set()
+    claimed = bytearray(len(idx.ops))  # not a set: the cycle collector walks a set of every node
     for i, op in enumerate(idx.ops):
-        if op not in ANCHOR_OPS or idx.domains[i] not in DEFAULT_DOMAINS or i in claimed:
+        if op not in ANCHOR_OPS or idx.domains[i] not in DEFAULT_DOMAINS or claimed[i]:
             continue
         res = match_anchor(idx, i)
         m = res.match
         if m is None:
             misses.append(res.miss)
             continue
-        if claimed.intersection(m.nodes):
+        if any(claimed[k] for k in m.nodes):
             continue
-        claimed.update(m.nodes)
+        for k in m.nodes:
+            claimed[k] = 1
         matches.append(m)
     return matches, misses
