@@ -132,28 +132,24 @@ def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
     return bool(readers)
 
 
-def per_node(names: np.ndarray, off: np.ndarray, ids: np.ndarray) -> tuple[tuple[str, ...], ...]:
-    """Node i's names (``names[ids[off[i]:off[i + 1]]]``) for every node, made
-    at once: tuples of strings, which the cycle collector stops tracking
-    (a per-node cache filled during the search kept a big graph's index in
-    every full collection: a fifth of a 100k-GELU chain's fuse)."""
-    flat, o = names[ids].tolist(), off.tolist()
-    return tuple([tuple(flat[o[i]:o[i + 1]]) for i in range(len(o) - 1)])
+class Slices:
+    """``values[off[k]:off[k + 1]]`` for node k, or for the string id of the
+    name k when built with ``ids`` (() for a name not in the graph), sliced
+    per access from flat tuples: a big graph's index holds no per-node
+    container that the cycle collector would walk in every full
+    collection (that was a fifth of a 100k-GELU chain's fuse), and a deep
+    export's, whose matcher reads a few nodes, makes none."""
 
+    __slots__ = ("_values", "_off", "_ids")
 
-class _Readers(dict):
-    """Name -> the nodes that read it (a tuple, node order; () for none),
-    made on first access from the table's arrays (``idx.consumers[name]``)."""
+    def __init__(self, values: np.ndarray, off: np.ndarray, ids: dict[str, int] | None = None):
+        self._values, self._off, self._ids = tuple(values.tolist()), tuple(off.tolist()), ids
 
-    def __init__(self, table, ids: dict[str, int]):
-        super().__init__()
-        self._t, self._ids = table, ids
-
-    def __missing__(self, name: str) -> tuple[int, ...]:
-        t = self._t
-        i = self._ids.get(name, -1)
-        v = self[name] = tuple(t.cons_nodes[t.cons_off[i]:t.cons_off[i + 1]].tolist()) if i > 0 else ()
-        return v
+    def __getitem__(self, k) -> tuple:
+        if self._ids is not None:
+            k = self._ids.get(k, 0)
+        off = self._off
+        return self._values[off[k]:off[k + 1]]
 
 
 def region_nodes(table) -> tuple[int, ...]:
@@ -231,15 +227,15 @@ class GraphIndex:
         # The matcher asks ~100 questions per anchor: tuples and dicts answer
         # each in one lookup (a view that made its answer per access cost
         # ~10x more per question).
-        self.raw_ins = per_node(names, s.node_in_off, s.in_ids)
+        self.raw_ins = Slices(names[s.in_ids], s.node_in_off)
         given = s.in_ids != 0  # ins: without the omitted optional inputs ("")
-        self.ins = self.raw_ins if given.all() else per_node(
-            names, np.concatenate([[0], np.cumsum(given)])[s.node_in_off], s.in_ids[given])
-        self.outs = per_node(names, s.node_out_off, s.out_ids)
+        self.ins = self.raw_ins if given.all() else Slices(
+            names[s.in_ids[given]], np.concatenate([[0], np.cumsum(given)])[s.node_in_off])
+        self.outs = Slices(names[s.out_ids], s.node_out_off)
         written = np.flatnonzero(table.producer >= 0)
         self.producer = dict(zip(names[written].tolist(), table.producer[written].tolist()))
         self.name_ids: dict[str, int] = table.names.ids  # every string (names.array() filled it)
-        self.consumers = _Readers(table, self.name_ids)
+        self.consumers = Slices(table.cons_nodes, table.cons_off, self.name_ids)  # name -> its readers
         self.region_node_class = region_nodes(table)
         self.nested: list[int] = table.with_subgraphs  # nodes that hold subgraphs
         self.arrays = table
