@@ -45,16 +45,21 @@ class Cone:
     sources: list[str] = field(default_factory=list)
     consts: set[str] = field(default_factory=set)
     truncated: bool = False
+    # lenient walks only: (kind, name) of each stand-in constant, in walk order, and their values
+    odd: list[tuple[str, str]] = field(default_factory=list)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor: int | None = None,
-          fail_fast: bool = False) -> Cone:
+          fail_fast: bool = False, lenient: bool = False) -> Cone:
     """Backward elementwise cone of ``root``; ``stop`` tensors count as sources.
 
     Transcendentals other than ``anchor`` are boundaries too: a GELU has
     exactly one. With ``fail_fast`` the walk ends at the first source that is
     not in ``stop`` (the caller only wants to know whether ``stop`` dominates),
-    which keeps the cost per GELU constant even where GELUs are chained."""
+    which keeps the cost per GELU constant even where GELUs are chained.
+    ``lenient`` (the near-miss diagnosis) also takes the constants a GELU
+    may not hold as constants, recorded in ``odd`` (_stand_in)."""
     cone = Cone()
     seen: set[str] = set()
     todo = [root]
@@ -67,8 +72,10 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
         if t in stop and t != root:
             cone.sources.append(t)
             continue
-        c = scalar_const(idx, t) if t in maybe else None
-        if c is not None:
+        if lenient:
+            if _stand_in(idx, t, cone):
+                continue
+        elif t in maybe and scalar_const(idx, t) is not None:
             cone.consts.add(t)
             continue
         p = idx.producer.get(t)
@@ -251,44 +258,38 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
     return MatchResult(miss=NearMiss(idx.path, aname, code, reason, OPS[anode.op_type].family, error))
 
 
+def _stand_in(idx: GraphIndex, t: str, cone: Cone) -> bool:
+    """Whether a lenient walk takes ``t`` as a constant: a scalar or
+    one-element constant, an overridable initializer with one element, or
+    an overridable scalar without a default; the odd ones are recorded."""
+    c = idx.constant(t)
+    if c is not None and (is_scalar(c.value) or c.value.size == 1):
+        if not is_scalar(c.value):
+            cone.odd.append(("nonscalar", t))
+            cone.values[t] = np.asarray(c.value, dtype=np.float64).reshape(())
+        return True
+    if not idx.is_overridable(t):
+        return False
+    init = find_initializer(idx, t)
+    value = tensor_value(init) if init is not None else None
+    if value is not None and value.size == 1:
+        cone.odd.append(("overridable", t))
+        cone.values[t] = np.asarray(value, dtype=np.float64).reshape(())
+        return True
+    shape = idx.shape(t)
+    if shape is not None and int(np.prod([d or 0 for d in shape])) == 1:
+        cone.odd.append(("unknown", t))  # no default value
+        return True
+    return False
+
+
 def _diagnose(idx: GraphIndex, anchor: int, root: str):
-    nodes: set[int] = set()
-    sources: list[str] = []
-    extra: dict[str, np.ndarray] = {}
-    overridable: list[str] = []
-    nonscalar: list[str] = []
-    unknown: list[str] = []  # overridable scalars without a default value
-    seen: set[str] = set()
-    todo = [root]
-    while todo:
-        t = todo.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        c = idx.constant(t)
-        if c is not None and (is_scalar(c.value) or c.value.size == 1):
-            if not is_scalar(c.value):
-                nonscalar.append(t)
-                extra[t] = np.asarray(c.value, dtype=np.float64).reshape(())
-            continue
-        if idx.is_overridable(t):
-            init = find_initializer(idx, t)
-            value = tensor_value(init) if init is not None else None
-            if value is not None and value.size == 1:
-                overridable.append(t)
-                extra[t] = np.asarray(value, dtype=np.float64).reshape(())
-                continue
-            shape = idx.shape(t)
-            if shape is not None and int(np.prod([d or 0 for d in shape])) == 1:
-                unknown.append(t)
-                continue
-        p = idx.producer.get(t)
-        if p is None or not idx.region_node_class[p] or (p != anchor and idx.ops[p] in ANCHOR_OPS) \
-                or len(nodes) >= MAX_REGION_NODES:
-            sources.append(t)
-            continue
-        nodes.add(p)
-        todo.extend(idx.ins[p])
+    """Why a root with no single x is no GELU, when it would be one with
+    its other sources as x or its stand-in constants as plain scalars."""
+    reg = cone(idx, root, anchor=anchor, lenient=True)
+    nodes, sources, extra = reg.nodes, reg.sources, reg.values
+    overridable, nonscalar, unknown = ([t for k, t in reg.odd if k == kind]
+                                       for kind in ("overridable", "nonscalar", "unknown"))
     if anchor not in nodes or not sources:
         return None
     srcs = sorted(set(sources))
