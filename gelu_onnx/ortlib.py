@@ -16,7 +16,6 @@ the package's ``_lib`` folder, the installed distribution).
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib.util
 import json
@@ -137,25 +136,6 @@ def session_options(base=None):
     except Exception as e:  # onnxruntime raises plain RuntimeError/Fail
         raise UnsupportedError(f"onnxruntime {ort.__version__} could not load {path}: {e}") from e
     return so
-
-
-def kernel_library():
-    """ctypes handle to the library's kernel C ABI (gelu_cpu_range,
-    gelu_cpu_isa, gelu_cpu_set_isa, gelu_cpu_erf_precise, gelu_cuda_launch; see
-    plugins/common/gelu_kernels.h). For tests and benchmarks."""
-    lib = ctypes.CDLL(str(library_path(required=True)))
-    i64, vp = ctypes.c_int64, ctypes.c_void_p
-    lib.gelu_cpu_range.argtypes = [ctypes.c_int, ctypes.c_int, vp, vp, i64, vp, i64, i64, ctypes.c_float]
-    lib.gelu_cpu_range.restype = ctypes.c_int
-    lib.gelu_cuda_launch.argtypes = [ctypes.c_int, ctypes.c_int, vp, vp, i64, vp, i64, ctypes.c_float, vp]
-    lib.gelu_cuda_launch.restype = ctypes.c_int
-    lib.gelu_cpu_isa.restype = ctypes.c_char_p
-    lib.gelu_cpu_set_isa.argtypes = [ctypes.c_char_p]
-    lib.gelu_cpu_set_isa.restype = ctypes.c_char_p
-    lib.gelu_cpu_erf_precise.argtypes = [ctypes.c_int]
-    lib.gelu_cpu_erf_precise.restype = ctypes.c_int
-    lib.gelu_onnx_ort_api_version.restype = ctypes.c_uint32
-    return lib
 
 
 # --- what the installed runtime accepts ---------------------------------------------
