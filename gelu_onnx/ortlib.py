@@ -37,9 +37,8 @@ ENV_VAR = "GELU_ONNX_ORT_LIBRARY"
 
 
 def library_path(required: bool = True) -> Path | None:
-    """Path of the custom-op library. With ``required`` (default) a missing
-    library raises UnsupportedError (or InputError for a bad
-    $GELU_ONNX_ORT_LIBRARY); otherwise it returns None."""
+    """Path of the custom-op library; None when missing and not ``required``
+    (else UnsupportedError, or InputError for a bad $GELU_ONNX_ORT_LIBRARY)."""
     p = libs.find(LIBRARY_NAME, ENV_VAR)
     if p is None and required:
         bad = libs.env_problem(ENV_VAR)
@@ -65,18 +64,14 @@ TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
 LOG_ENV = "GELU_ONNX_ORT_LOG"  # ONNX Runtime's log level: 0 verbose .. 4 fatal (default: 4, nothing)
 
 
-def runtime_env() -> None:
-    """ONNX Runtime's telemetry off unless the caller set ORT_DISABLE_TELEMETRY:
-    importing onnxruntime 1.2x otherwise creates
-    $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}
-    and, where HOME cannot be written, prints a warning. Run when this module
-    is imported, which every path of the package to onnxruntime does first
-    (the command's preload too); once onnxruntime is imported it changes nothing."""
-    if not os.environ.get(TELEMETRY_ENV):  # unset or empty
-        os.environ[TELEMETRY_ENV] = "1"
-
-
-runtime_env()
+# ONNX Runtime's telemetry off unless the caller set ORT_DISABLE_TELEMETRY:
+# importing onnxruntime 1.2x otherwise creates
+# $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}
+# and, where HOME cannot be written, prints a warning. Set when this module is
+# imported, which every path of the package to onnxruntime does first (the
+# command's preload too); once onnxruntime is imported it changes nothing.
+if not os.environ.get(TELEMETRY_ENV):  # unset or empty
+    os.environ[TELEMETRY_ENV] = "1"
 
 
 def runtime():
@@ -122,12 +117,9 @@ def folder_arg(folder: str) -> str:
 
 
 def session_options(base=None):
-    """An ``onnxruntime.SessionOptions`` with the custom-op library registered.
-
-    ``base``: options to extend (modified in place and returned); a fresh
-    SessionOptions otherwise. Raises UnsupportedError when the library is not
-    built, or when this onnxruntime refuses to load it.
-    """
+    """An ``onnxruntime.SessionOptions`` (``base``, extended in place, or a
+    fresh one) with the custom-op library registered; UnsupportedError when
+    the library is not built or this onnxruntime refuses it."""
     ort = runtime()
     path = library_path(required=True)
     so = base if base is not None else ort.SessionOptions()

@@ -105,12 +105,10 @@ class ScannerMissing(UnsupportedError):
 
 
 def built() -> bool:
-    """Whether the library is built and loads."""
     return _library() is not None
 
 
 def require():
-    """The loaded library; ScannerMissing when there is none."""
     lib = _library()
     if lib is None:
         raise ScannerMissing(f"{LIBRARY} (plugins/scan) is not built or does not load: the fuse pass "
@@ -122,8 +120,7 @@ class Names:
     """String id -> str, decoded on first use (a big graph has millions)."""
 
     def __init__(self, blob: bytes, off: np.ndarray):
-        self._blob, self._off = blob, off
-        self.blob = blob  # every string, each followed by a NUL
+        self.blob, self._off = blob, off  # every string, each followed by a NUL
         self._cache: list = [None] * (len(off) - 1)
         self.ids: dict[str, int] = {}  # str -> id for every string decoded so far
 
@@ -134,13 +131,13 @@ class Names:
         s = self._cache[i]
         if s is None:
             i = int(i)
-            s = self._cache[i] = self._blob[int(self._off[i]):int(self._off[i + 1]) - 1].decode("utf-8")
+            s = self._cache[i] = self.blob[int(self._off[i]):int(self._off[i + 1]) - 1].decode("utf-8")
             self.ids[s] = i
         return s
 
     def raw(self, i: int) -> bytes:
         """The string's bytes as stored (as it is written back)."""
-        return self._blob[int(self._off[i]):int(self._off[i + 1]) - 1]
+        return self.blob[int(self._off[i]):int(self._off[i + 1]) - 1]
 
     def take(self, ids) -> list[str]:
         """[names[i] for i in ids]; many at once decode the whole table once."""
@@ -217,7 +214,6 @@ class Scan:
         return int(self._lib.gos_find(self._handle, b, len(b)))
 
     def find_many(self, names) -> np.ndarray:
-        """find() of each name, as an int32 array."""
         raw = [n.encode("utf-8", "surrogatepass") for n in names]
         off = np.zeros(len(raw) + 1, np.int64)
         np.cumsum([len(b) for b in raw], out=off[1:])
