@@ -17,7 +17,7 @@ from . import wire
 from .fileops import path_arg
 from .format import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
-from .validate import Validator, one_line, quote, validate_model, validate_model_table
+from .validate import Validator, one_line, quote, validate_model
 
 
 @dataclass(kw_only=True)
@@ -118,7 +118,7 @@ def _validated(model: onnx.ModelProto, data: bytes, base_dir, where: str, path: 
     scan = wire.scan(data)
     scan = scan if scan is not None else wire.scan(model.SerializeToString())
     base = os.path.realpath(base_dir) if base_dir is not None else None
-    files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
+    files, table = validate_model(model, base_dir=base, where=where, scan=scan)
     return LoadedModel(model=model, path=path, base_dir=base, external_files=files, file_size=len(data), table=table,
                        data=scan.data if isinstance(table, ArrayTable) else None)
 
@@ -130,7 +130,7 @@ def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
     its external-data locations are relative to (needed only if it has any).
     """
     if isinstance(model_or_path, onnx.ModelProto):
-        files = validate_model(model_or_path, base_dir=base_dir, where="model")
+        files = validate_model(model_or_path, base_dir=base_dir, where="model")[0]
         base = os.path.realpath(base_dir) if base_dir is not None else None
         return LoadedModel(model=model_or_path, base_dir=base, external_files=files)
     if isinstance(model_or_path, (bytes, bytearray, memoryview)):

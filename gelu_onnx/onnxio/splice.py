@@ -206,7 +206,7 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
             raise Malformed("protobuf parse failed") from None
         # the io checks, on the skeleton: every placeholder is verified to lie
         # inside this very file
-        files = validate_model(model, base_dir=os.path.dirname(real), where=shown)
+        files = validate_model(model, base_dir=os.path.dirname(real), where=shown)[0]
         placeholders = sum(1 for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
         if placeholders != len(stripped) or files not in ((), (real,)):
             raise Unsupported("the model has external data of its own")

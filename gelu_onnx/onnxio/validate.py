@@ -477,18 +477,12 @@ class Validator:
         return real
 
 
-def validate_model(model: onnx.ModelProto, *, base_dir: str | None = None,
-                   where: str = "model") -> tuple[str, ...]:
-    """Validate a parsed model (see module doc); return the real paths of the
-    external data files it uses.  Raises InputError / UnsafeModelError."""
-    return validate_model_table(model, base_dir=base_dir, where=where)[0]
-
-
-def validate_model_table(model: onnx.ModelProto, *, base_dir: str | None = None, where: str = "model",
-                         scan=None) -> tuple[tuple[str, ...], ArrayTable | None]:
-    """validate_model, and the main graph's ArrayTable (Validator.model)
-    when ``scan`` (onnxio.wire.scan of the bytes ``model`` was parsed from)
-    is given."""
+def validate_model(model: onnx.ModelProto, *, base_dir: str | None = None, where: str = "model",
+                   scan=None) -> tuple[tuple[str, ...], ArrayTable | None]:
+    """Validate a parsed model (see module doc; InputError / UnsafeModelError):
+    the real paths of the external data files it uses, and the main graph's
+    ArrayTable (Validator.model) when ``scan`` (onnxio.wire.scan of the bytes
+    ``model`` was parsed from) is given."""
     v = Validator(where, os.path.realpath(base_dir) if base_dir is not None else None)
     try:
         table = v.model(model, scan)

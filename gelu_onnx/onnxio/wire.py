@@ -58,11 +58,11 @@ SF_BAD_UTF8, SF_NUL = 1, 2
 # Per-tensor columns: init_* (initializers) and at_* (attribute tensors) alike
 _TENSOR_I32 = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len")
 _TENSOR_I64 = ("dims", "loc", "typed")
-_I32 = ("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
+_I32 = frozenset(("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
         "node_attr_off", "attr_name", "attr_flags", "init_name", "at_attr", "input_name", "output_name", "vi_name",
         "str_flags", "node_start", "node_end", "attr_start", "attr_end", "vi_start", "vi_end", "str_off",
-        *(p + c for p in ("init_", "at_") for c in _TENSOR_I32))
-_I64 = ("model_info", *(p + c for p in ("init_", "at_") for c in _TENSOR_I64))
+        *(p + c for p in ("init_", "at_") for c in _TENSOR_I32)))
+_I64 = frozenset(("model_info", *(p + c for p in ("init_", "at_") for c in _TENSOR_I64)))
 
 _lib = None  # the loaded library, False when there is none
 
@@ -165,24 +165,22 @@ class Scan:
     def __init__(self, lib, handle, status: int, message: str, blob: bytes, data: bytes):
         self._lib, self._handle = lib, handle
         self.data = data  # the bytes scanned
-        self.status, self.message, self.arrays = status, message, {}
+        self.status, self.message = status, message
         self.names = Names(blob, self.str_off)
 
     def __getattr__(self, name):
-        """An array, copied from the scanner's result on first use (a small
-        graph's validation reads half of them: each copy is a ctypes call)."""
-        arrays = self.__dict__.get("arrays")
-        if arrays is None or not (name in _I32 or name in _I64):
+        """An array, copied from the scanner's result on first use and kept as
+        an attribute (a small graph's validation reads half of them: each copy
+        is a ctypes call)."""
+        if name not in _I32 and name not in _I64 or "_handle" not in self.__dict__:
             raise AttributeError(name)
-        a = arrays.get(name)
-        if a is None:
-            ctype, fn, dtype = ((ctypes.c_int32, self._lib.gos_i32, np.int32) if name in _I32
-                                else (ctypes.c_int64, self._lib.gos_i64, np.int64))
-            ptr = ctypes.POINTER(ctype)()
-            n = fn(self._handle, name.encode(), ctypes.byref(ptr))
-            a = arrays[name] = np.empty(max(n, 0), dtype)
-            if n > 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
-                ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
+        ctype, fn, dtype = ((ctypes.c_int32, self._lib.gos_i32, np.int32) if name in _I32
+                            else (ctypes.c_int64, self._lib.gos_i64, np.int64))
+        ptr = ctypes.POINTER(ctype)()
+        n = fn(self._handle, name.encode(), ctypes.byref(ptr))
+        a = self.__dict__[name] = np.empty(max(n, 0), dtype)
+        if n > 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
+            ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
         return a
 
     @property
