@@ -4,12 +4,9 @@ installed runtime accepts (asked of the runtime itself: runtimes move, so no
 fact here is a table of versions; each is probed by loading a one-node model,
 once per process, and the IR limit is kept on disk per installed runtime).
 
-The library implements the op contract of ``gelu_onnx.contract`` (domain
-``ai.gelu_onnx``, op types GeluErf ... BiasGeluSigmoid) for float32, float16 and
-bfloat16 on ORT's CPU execution provider and, when built with CUDA, on the CUDA
-execution provider. Fused models also carry each op's math as a model-local
-function, so they run without the library too (ORT inlines the function when no
-kernel is registered); with the library registered ORT runs our kernels.
+The library implements the ops of ``gelu_onnx.contract`` on ORT's CPU (and,
+built with CUDA, CUDA) execution provider; without it ORT inlines the
+model-local function each fused model carries (docs/design.md, "Targets").
 
 Where the library is looked for: gelu_onnx.libs (``$GELU_ONNX_ORT_LIBRARY``,
 the package's ``_lib`` folder, the installed distribution).
@@ -165,11 +162,7 @@ def max_ir_version() -> int:
     cached = _cache_read().get(key) if key is not None else None
     if isinstance(cached, int):
         return cached
-    limit = 6
-    for ir in range(onnx.IR_VERSION + 2, 6, -1):
-        if loads_ir(ir):
-            limit = ir
-            break
+    limit = next((ir for ir in range(onnx.IR_VERSION + 2, 6, -1) if loads_ir(ir)), 6)
     if key is not None:
         _cache_write(key, limit)
     return limit

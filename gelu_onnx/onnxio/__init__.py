@@ -12,9 +12,9 @@ from .irversion import (IR_FLOOR, checkable_in_memory, lower_ir_version, lowest_
                         serialized_facts)
 from .load import LoadedModel, load_model, load_model_proto, tensor_array
 from .save import check_output_path, save_model
-from .format import MAX_PROTO_BYTES, embedded_bytes
+from .format import MAX_PROTO_BYTES
 from .walk import iter_graphs, iter_tensors
 
 __all__ = ["IR_FLOOR", "LoadedModel", "MAX_PROTO_BYTES", "check_output_path", "checkable_in_memory",
-           "embedded_bytes", "iter_graphs", "iter_tensors", "load_model", "load_model_proto", "lower_ir_version",
+           "iter_graphs", "iter_tensors", "load_model", "load_model_proto", "lower_ir_version",
            "lowest_ir_version", "model_facts", "serialized_facts", "save_model", "tensor_array"]

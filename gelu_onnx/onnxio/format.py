@@ -11,10 +11,7 @@ import math
 import os
 
 import numpy as np
-import onnx
 from onnx import TensorProto
-
-from .walk import iter_tensors
 
 # Files at least this large go the splice skeleton path (onnxio/splice.py:
 # field headers read, weights never parsed); smaller ones are read whole
@@ -117,14 +114,9 @@ def embedded_size_error(t: TensorProto) -> str | None:
     return None
 
 
-def embedded_bytes(model: onnx.ModelProto) -> int:
-    """Bytes of tensor data stored inside the model, from shapes and field
-    lengths — no payload is copied (unlike ByteSize(), which serializes)."""
-    return sum(tensor_embedded_bytes(t) for t in iter_tensors(model) if not is_external(t))
-
-
 def tensor_embedded_bytes(t: TensorProto) -> int:
-    """One embedded tensor's share of embedded_bytes."""
+    """Bytes of tensor data ``t`` stores inside the model, from shapes and
+    field lengths: no payload is copied (unlike ByteSize(), which serializes)."""
     total = 0
     if t.HasField("raw_data"):
         n = tensor_nbytes(t)

@@ -1,10 +1,9 @@
 """Fuse a large single-file model without parsing or re-writing its weights.
 
 A 1.3 GB BERT-large file is 99.9 % weight payload, and the fuse pass never
-changes a weight. So instead of parsing the whole file into protobuf objects
-and serializing it all again, ``open_skeleton`` walks the protobuf wire format
-(ModelProto -> field 7 graph -> field 5 initializers) over an mmap of the file,
-touching only field headers, and builds a *skeleton*: the same model in which
+changes a weight. So ``open_skeleton`` walks the protobuf wire format
+(ModelProto -> field 7 graph -> field 5 initializers), reading only field
+headers, and builds a *skeleton*: the same model in which
 every large initializer is a valid external-data reference to its own payload
 bytes inside the input file (location = the file's name, offset/length = the
 raw_data bytes). The skeleton is a few hundred KB; it is validated by
@@ -86,7 +85,7 @@ class Skeleton:
     _fd: int | None = None
 
     @property
-    def model(self) -> ModelProto:
+    def model(self) -> ModelProto:  # tests
         return self.loaded.model
 
     def close(self) -> None:
@@ -106,8 +105,7 @@ class Skeleton:
         return in_folder(os.path.dirname(self.path))
 
     def save(self, model: ModelProto, out_path, *, overwrite_input: bool = False) -> SavedModel:
-        """Write ``model`` (the fused skeleton) with every placeholder replaced by
-        the input's original initializer bytes; temp file + rename."""
+        """Write ``model`` (the fused skeleton) with the input's bytes in place of the placeholders."""
         shown, out, out_dir = check_output_path(out_path, self.path, overwrite_input)
         pieces, total = self._pieces(model)
         if total > MAX_PROTO_BYTES:
@@ -143,7 +141,7 @@ class Skeleton:
 
     # -- output assembly --------------------------------------------------------
     def _pieces(self, model: ModelProto) -> tuple[list, int]:
-        """The output as bytes and (offset, length) ranges of the input file."""
+        """The output as bytes and (offset, length) ranges of the input file; its size."""
         external = sum(1 for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
         buf = model.SerializeToString()  # small: the weights are placeholders
         try:
