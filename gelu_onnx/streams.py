@@ -61,17 +61,16 @@ class Quiet:
         self.lost: OSError | None = None
 
     def write(self, s):
-        if self.stream is not None and self.lost is None:
-            try:
-                return self.stream.write(s)
-            except (OSError, ValueError) as e:
-                self._lose(e)
+        self._try("write", s)
         return len(s)
 
     def flush(self):
+        self._try("flush")
+
+    def _try(self, method: str, *args) -> None:
         if self.stream is not None and self.lost is None:
             try:
-                self.stream.flush()
+                getattr(self.stream, method)(*args)
             except (OSError, ValueError) as e:
                 self._lose(e)
 

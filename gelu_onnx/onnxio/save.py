@@ -184,18 +184,15 @@ def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None =
     """Write ``model`` to ``out_path`` atomically (temp file + rename).
 
     ``source`` (the LoadedModel it came from) or ``source_dir`` say where its
-    external data live and which files must not be overwritten.  The input file is refused as output unless
-    ``overwrite_input``; the input's data files are always refused.  External
-    tensors keep their locations; when the output folder differs from the
-    source folder, the data files are reflink-cloned (else copied) next to it.
-    If the serialized model would exceed ``max_proto_bytes`` (protobuf's 2 GB
-    limit by default), tensors >= 1 KiB go to ``<output name>.data`` (the
-    model object is changed in place then, as onnx.save does;
-    GELU_ONNX_TEST_MAX_PROTO_BYTES lowers the default limit, for tests).
-    SIGINT/SIGTERM/SIGHUP during the write remove every temp file and put
-    back what was replaced (gelu_onnx.interrupts). ``facts``:
-    irversion.model_facts(model), when the caller has it (saves a walk);
-    ``payload``: model.SerializeToString(), when the caller has it.
+    external data live and which files must not be overwritten (the input
+    file unless ``overwrite_input``; its data files always). External tensors
+    keep their locations; in another folder their data files are
+    reflink-cloned (else copied) next to the output. A model over
+    ``max_proto_bytes`` (protobuf's 2 GB; GELU_ONNX_TEST_MAX_PROTO_BYTES for
+    tests) has its tensors >= 1 KiB moved to ``<output name>.data``, in place
+    as onnx.save does. A signal during the write removes every temp file and
+    puts back what was replaced. ``facts`` / ``payload``: the model's
+    irversion.ModelFacts / serialization, when the caller has them.
     """
     if max_proto_bytes is None:
         max_proto_bytes = int(os.environ.get("GELU_ONNX_TEST_MAX_PROTO_BYTES", MAX_PROTO_BYTES))
