@@ -170,11 +170,8 @@ def inspect_file(src, target=DEFAULT_TARGET) -> FileInspectResult:
 
 
 def save(model, path, *, base_dir: str | None = None) -> str:
-    """Write ``model`` as ``gelu-onnx fuse`` writes its output (write_model):
-    the lowest IR version it needs, onnx.checker, one atomic write (temp file
-    + rename) that is rolled back if the checker fails on the written file, a
-    model over protobuf's 2 GB limit with its tensors in ``<name>.data``, and
-    external data files (relative to ``base_dir``) copied next to it. Returns
+    """Write ``model`` as ``gelu-onnx fuse`` writes its output (write_model; its
+    external data files, relative to ``base_dir``, copied next to it). Returns
     the path written."""
     if not isinstance(model, onnx.ModelProto):
         raise InputError(f"expected an onnx.ModelProto to save, got {type(model).__name__}")

@@ -200,10 +200,7 @@ def graph_table(g, s, outer: bool) -> ArrayTable | None:
     serialization), or None when a name is written twice or read before it
     is written (a graph out of topological order: fusion/plan.py sorts
     one); when the scanner declined the bytes, one line with its reason
-    (wire.declined): InputError for a name that is not UTF-8 or holds a NUL
-    (exit 2), else UnsupportedError (out of memory: exit 3). Subgraphs,
-    function-attribute references and sparse initializers are covered (a
-    sparse initializer is a name the graph writes, never a constant)."""
+    (wire.declined). A sparse initializer is a name the graph writes, never a constant."""
     why = declined(s)
     if why is not None:
         names = s is not None and s.status == OK  # a whole scan: its names are what it declines

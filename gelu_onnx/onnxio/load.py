@@ -64,11 +64,8 @@ def _read(path: str, size: int) -> bytes:
 
 
 def load_model(path) -> LoadedModel:
-    """Read and validate an ONNX file; external weight payloads are not read.
-
-    Returns a LoadedModel; raises InputError (exit 2) / UnsafeModelError (exit
-    2) with one line naming the file on anything malformed or unsafe.
-    """
+    """Read and validate an ONNX file (external weight payloads are not read);
+    one InputError / UnsafeModelError line naming the file on anything malformed or unsafe."""
     shown = path_arg(path, "model path")
     where = one_line(shown)
     try:
@@ -124,11 +121,8 @@ def _validated(model: onnx.ModelProto, data: bytes, base_dir, where: str, path: 
 
 
 def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
-    """Like load_model, also for an in-memory ModelProto or serialized bytes.
-
-    A ModelProto is validated as is (not copied); ``base_dir`` is the folder
-    its external-data locations are relative to (needed only if it has any).
-    """
+    """Like load_model, also for an in-memory ModelProto (validated as is, not
+    copied; ``base_dir``: the folder its external data are relative to) or bytes."""
     if isinstance(model_or_path, onnx.ModelProto):
         files = validate_model(model_or_path, base_dir=base_dir, where="model")[0]
         base = os.path.realpath(base_dir) if base_dir is not None else None
