@@ -153,11 +153,10 @@ def loads_ir(ir: int) -> bool:
 @functools.lru_cache(maxsize=None)
 def max_ir_version() -> int:
     """Highest IR version the installed onnxruntime loads (probed downward
-    from two above what the installed onnx writes; IR 7 is opset 13's floor).
-    The runtime is asked the first time; its answer is kept in a small cache
-    file keyed by the runtime's version, install path and library file, so
-    a later run (``fuse`` asks it of every model it writes) need not import
-    it (GELU_ONNX_CACHE=off: always ask)."""
+    from two above what the installed onnx writes; IR 7 is opset 13's floor),
+    kept in a cache file keyed by the runtime's version, path and library
+    file, so ``fuse`` need not import the runtime for every model it writes
+    (GELU_ONNX_CACHE=off: always ask)."""
     key = _runtime_key()
     cached = _cache_read().get(key) if key is not None else None
     if isinstance(cached, int):

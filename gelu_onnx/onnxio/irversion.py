@@ -108,12 +108,10 @@ def serialized_facts(model: onnx.ModelProto) -> tuple[bytes | None, ModelFacts]:
 
 
 def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
-    """model_facts from a scan of the model's bytes: the same facts; the
-    main graph's nodes, initializers and attribute tensors from the arrays,
-    the attributes holding types or tensors the arrays do not size parsed
-    from the bytes the arrays point at, what they do not cover (functions,
-    the graph's value infos) as model_facts reads it. None for a model with
-    subgraphs (or external attribute tensors)."""
+    """model_facts from a scan of the model's bytes: the main graph's tensors
+    from the arrays (the attributes they do not size parsed from the bytes they
+    point at), functions and value infos as model_facts reads them. None for a
+    model with subgraphs (or external attribute tensors)."""
     if (s.node_flags & NF_SUBGRAPH).any():
         return None
     g = model.graph
@@ -189,9 +187,8 @@ def lowest_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -
 
 
 def lower_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -> int | None:
-    """Lower model.ir_version (in place) to the lowest the model needs, so
-    older runtimes load it too (onnx >= 1.23 stamps IR 14 on what it writes);
-    returns the old version when lowered, else None.  Never raises it."""
+    """Lower model.ir_version (in place) to lowest_ir_version (never raise it);
+    the old version when lowered, else None."""
     low = lowest_ir_version(model, facts)
     if low is None or model.ir_version <= low:
         return None
