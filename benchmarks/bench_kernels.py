@@ -38,7 +38,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from gelu_onnx import contract, ortlib  # noqa: E402
+from helpers.kernel_helpers import kernel_library  # noqa: E402
 
 HIDDEN = 768
 SIZES = (393216, 16777216)
@@ -191,7 +193,7 @@ def machine():
         info["simd"] = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw") if f in flags]
     except (OSError, StopIteration):
         pass
-    info["gelu_onnx_cpu_path"] = ortlib.kernel_library().gelu_cpu_isa().decode()
+    info["gelu_onnx_cpu_path"] = kernel_library().gelu_cpu_isa().decode()
     info["isa_cap"] = os.environ.get("GELU_ONNX_CPU_ISA")  # the path a run forced, if any
     info["loadavg_at_start"] = list(os.getloadavg())  # other work on the machine skews 2-thread runs
     return info

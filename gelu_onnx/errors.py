@@ -1,13 +1,5 @@
-"""Errors the CLI turns into one clear line and a documented exit code.
-
-Exit codes (also in the README):
-  0  success
-  1  parity check failed (``check``) / a fusion left a model that differs
-  2  bad input: unreadable, malformed or unsafe model, bad arguments
-  3  unsupported: a valid request this tool cannot carry out (e.g. an opset
-     upgrade with no verified path)
-  4  internal error (a bug: please report it)
-
+"""Errors the CLI turns into one clear line and the exit code of its class
+(the README's table: 0 ok, 1 parity failed, 2 bad input, 3 unsupported, 4 a bug).
 Each also subclasses the built-in a Python caller would catch: bad input is a
 ValueError (a missing file a FileNotFoundError too), an unsupported request a
 NotImplementedError, a failed parity check an AssertionError.
@@ -16,7 +8,7 @@ from __future__ import annotations
 
 
 class GeluOnnxError(Exception):
-    exit_code = 4
+    exit_code = 4  # internal error
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -38,4 +30,6 @@ class UnsafeModelError(InputError):
 
 
 class UnsupportedError(GeluOnnxError, NotImplementedError):
+    """A valid request this tool cannot carry out (e.g. an opset upgrade with no verified path)."""
+
     exit_code = 3

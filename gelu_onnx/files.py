@@ -4,14 +4,7 @@ then rewrite) and the file pipeline, what ``gelu-onnx fuse`` and ``gelu-onnx
 inspect`` do to files, as library calls (``gelu_onnx.fuse_file``,
 ``gelu_onnx.inspect_file``, ``gelu_onnx.save``).
 
-fuse_file, top to bottom: refuse a bad input path -> load (a big single-file
-model as a skeleton whose weights stay in the file) -> onnx.checker's full
-check of the input (for a model in memory without external data or
-functions: after matching, on its check model, fusion/rewrite/checkmodel.py) -> fuse ->
-the lowest IR version the model needs, within what the installed onnxruntime loads ->
-onnx.checker (before writing when the model fits in memory, else on the
-written file) -> one atomic write that keeps what it replaces until the check
-passed -> commit, or roll back so every pre-existing file is as it was.
+fuse_file, top to bottom: docs/design.md, "The file pipeline".
 """
 from __future__ import annotations
 
@@ -130,7 +123,7 @@ def _in_folder(skel):
 
 def fuse_file(src, dst, target=DEFAULT_TARGET, *, overwrite_input: bool = False) -> FileFuseResult:
     """Fuse every GELU of the model file ``src`` for ``target`` and write it to
-    ``dst`` exactly as ``gelu-onnx fuse`` does (see the module docstring).
+    ``dst`` exactly as ``gelu-onnx fuse`` does (docs/design.md, "The file pipeline").
     ``src`` and its data files are never modified (``dst`` may be ``src``
     only with ``overwrite_input``); on any failure every pre-existing file is
     as it was. Raises gelu_onnx.errors.GeluOnnxError subclasses (one-line
@@ -177,11 +170,8 @@ def inspect_file(src, target=DEFAULT_TARGET) -> FileInspectResult:
 
 
 def save(model, path, *, base_dir: str | None = None) -> str:
-    """Write ``model`` as ``gelu-onnx fuse`` writes its output (write_model):
-    the lowest IR version it needs, onnx.checker, one atomic write (temp file
-    + rename) that is rolled back if the checker fails on the written file, a
-    model over protobuf's 2 GB limit with its tensors in ``<name>.data``, and
-    external data files (relative to ``base_dir``) copied next to it. Returns
+    """Write ``model`` as ``gelu-onnx fuse`` writes its output (write_model; its
+    external data files, relative to ``base_dir``, copied next to it). Returns
     the path written."""
     if not isinstance(model, onnx.ModelProto):
         raise InputError(f"expected an onnx.ModelProto to save, got {type(model).__name__}")

@@ -1,16 +1,7 @@
 """One finder for what the native build put next to the package
 (``gelu_onnx/_lib``): the ONNX Runtime custom-op library, the TensorRT plugin
-libraries, the native test programs.
-
-Looked for, in order:
-  1. an environment variable naming the file (e.g. ``$GELU_ONNX_ORT_LIBRARY``);
-  2. ``gelu_onnx/_lib/`` next to this module (wheel or regular install);
-  3. the installed distribution's file list (scikit-build-core's editable
-     "redirect" mode keeps compiled files in site-packages while the .py files
-     stay in the source tree).
-When one is missing, ``reinstall_command`` is the pip command that rebuilds
-this install the way it was made (every hint names it).
-"""
+libraries, the scanner, the native test programs; and, when one is missing,
+the pip command that rebuilds this install the way it was made."""
 from __future__ import annotations
 
 import json
@@ -25,8 +16,10 @@ FOLDER = "_lib"
 
 
 def find(name: str, env_var: str | None = None) -> Path | None:
-    """The built file ``name``, or None. When ``env_var`` is set it alone
-    decides (None if it names no file: see env_problem)."""
+    """The built file ``name``, or None: from ``env_var`` when it is set (None
+    if it names no file: see env_problem), else ``_lib/`` next to this module,
+    else the installed distribution's file list (scikit-build-core's editable
+    "redirect" mode keeps compiled files in site-packages)."""
     if env_var and os.environ.get(env_var):
         p = Path(os.environ[env_var])
         return p.resolve() if p.is_file() else None

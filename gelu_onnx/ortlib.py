@@ -4,19 +4,15 @@ installed runtime accepts (asked of the runtime itself: runtimes move, so no
 fact here is a table of versions; each is probed by loading a one-node model,
 once per process, and the IR limit is kept on disk per installed runtime).
 
-The library implements the op contract of ``gelu_onnx.contract`` (domain
-``ai.gelu_onnx``, op types GeluErf ... BiasGeluSigmoid) for float32, float16 and
-bfloat16 on ORT's CPU execution provider and, when built with CUDA, on the CUDA
-execution provider. Fused models also carry each op's math as a model-local
-function, so they run without the library too (ORT inlines the function when no
-kernel is registered); with the library registered ORT runs our kernels.
+The library implements the ops of ``gelu_onnx.contract`` on ORT's CPU (and,
+built with CUDA, CUDA) execution provider; without it ORT inlines the
+model-local function each fused model carries (docs/design.md, "Targets").
 
 Where the library is looked for: gelu_onnx.libs (``$GELU_ONNX_ORT_LIBRARY``,
 the package's ``_lib`` folder, the installed distribution).
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib.util
 import json
@@ -38,9 +34,8 @@ ENV_VAR = "GELU_ONNX_ORT_LIBRARY"
 
 
 def library_path(required: bool = True) -> Path | None:
-    """Path of the custom-op library. With ``required`` (default) a missing
-    library raises UnsupportedError (or InputError for a bad
-    $GELU_ONNX_ORT_LIBRARY); otherwise it returns None."""
+    """Path of the custom-op library; None when missing and not ``required``
+    (else UnsupportedError, or InputError for a bad $GELU_ONNX_ORT_LIBRARY)."""
     p = libs.find(LIBRARY_NAME, ENV_VAR)
     if p is None and required:
         bad = libs.env_problem(ENV_VAR)
@@ -66,18 +61,14 @@ TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
 LOG_ENV = "GELU_ONNX_ORT_LOG"  # ONNX Runtime's log level: 0 verbose .. 4 fatal (default: 4, nothing)
 
 
-def runtime_env() -> None:
-    """ONNX Runtime's telemetry off unless the caller set ORT_DISABLE_TELEMETRY:
-    importing onnxruntime 1.2x otherwise creates
-    $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}
-    and, where HOME cannot be written, prints a warning. Run when this module
-    is imported, which every path of the package to onnxruntime does first
-    (the command's preload too); once onnxruntime is imported it changes nothing."""
-    if not os.environ.get(TELEMETRY_ENV):  # unset or empty
-        os.environ[TELEMETRY_ENV] = "1"
-
-
-runtime_env()
+# ONNX Runtime's telemetry off unless the caller set ORT_DISABLE_TELEMETRY:
+# importing onnxruntime 1.2x otherwise creates
+# $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}
+# and, where HOME cannot be written, prints a warning. Set when this module is
+# imported, which every path of the package to onnxruntime does first (the
+# command's preload too); once onnxruntime is imported it changes nothing.
+if not os.environ.get(TELEMETRY_ENV):  # unset or empty
+    os.environ[TELEMETRY_ENV] = "1"
 
 
 def runtime():
@@ -123,12 +114,9 @@ def folder_arg(folder: str) -> str:
 
 
 def session_options(base=None):
-    """An ``onnxruntime.SessionOptions`` with the custom-op library registered.
-
-    ``base``: options to extend (modified in place and returned); a fresh
-    SessionOptions otherwise. Raises UnsupportedError when the library is not
-    built, or when this onnxruntime refuses to load it.
-    """
+    """An ``onnxruntime.SessionOptions`` (``base``, extended in place, or a
+    fresh one) with the custom-op library registered; UnsupportedError when
+    the library is not built or this onnxruntime refuses it."""
     ort = runtime()
     path = library_path(required=True)
     so = base if base is not None else ort.SessionOptions()
@@ -137,25 +125,6 @@ def session_options(base=None):
     except Exception as e:  # onnxruntime raises plain RuntimeError/Fail
         raise UnsupportedError(f"onnxruntime {ort.__version__} could not load {path}: {e}") from e
     return so
-
-
-def kernel_library():
-    """ctypes handle to the library's kernel C ABI (gelu_cpu_range,
-    gelu_cpu_isa, gelu_cpu_set_isa, gelu_cpu_erf_precise, gelu_cuda_launch; see
-    plugins/common/gelu_kernels.h). For tests and benchmarks."""
-    lib = ctypes.CDLL(str(library_path(required=True)))
-    i64, vp = ctypes.c_int64, ctypes.c_void_p
-    lib.gelu_cpu_range.argtypes = [ctypes.c_int, ctypes.c_int, vp, vp, i64, vp, i64, i64, ctypes.c_float]
-    lib.gelu_cpu_range.restype = ctypes.c_int
-    lib.gelu_cuda_launch.argtypes = [ctypes.c_int, ctypes.c_int, vp, vp, i64, vp, i64, ctypes.c_float, vp]
-    lib.gelu_cuda_launch.restype = ctypes.c_int
-    lib.gelu_cpu_isa.restype = ctypes.c_char_p
-    lib.gelu_cpu_set_isa.argtypes = [ctypes.c_char_p]
-    lib.gelu_cpu_set_isa.restype = ctypes.c_char_p
-    lib.gelu_cpu_erf_precise.argtypes = [ctypes.c_int]
-    lib.gelu_cpu_erf_precise.restype = ctypes.c_int
-    lib.gelu_onnx_ort_api_version.restype = ctypes.c_uint32
-    return lib
 
 
 # --- what the installed runtime accepts ---------------------------------------------
@@ -184,20 +153,15 @@ def loads_ir(ir: int) -> bool:
 @functools.lru_cache(maxsize=None)
 def max_ir_version() -> int:
     """Highest IR version the installed onnxruntime loads (probed downward
-    from two above what the installed onnx writes; IR 7 is opset 13's floor).
-    The runtime is asked the first time; its answer is kept in a small cache
-    file keyed by the runtime's version, install path and library file, so
-    a later run (``fuse`` asks it of every model it writes) need not import
-    it (GELU_ONNX_CACHE=off: always ask)."""
+    from two above what the installed onnx writes; IR 7 is opset 13's floor),
+    kept in a cache file keyed by the runtime's version, path and library
+    file, so ``fuse`` need not import the runtime for every model it writes
+    (GELU_ONNX_CACHE=off: always ask)."""
     key = _runtime_key()
     cached = _cache_read().get(key) if key is not None else None
     if isinstance(cached, int):
         return cached
-    limit = 6
-    for ir in range(onnx.IR_VERSION + 2, 6, -1):
-        if loads_ir(ir):
-            limit = ir
-            break
+    limit = next((ir for ir in range(onnx.IR_VERSION + 2, 6, -1) if loads_ir(ir)), 6)
     if key is not None:
         _cache_write(key, limit)
     return limit

@@ -1,15 +1,7 @@
 """The command's standard streams, as launchers leave them: closed (``>&-``,
 daemons), full (``/dev/full``, a full disk), or a pipe whose reader left
-(``| head``). None of these changes the exit code or prints a traceback:
-
-- a closed stream is /dev/null from the start (``reopen_closed``, before
-  anything is opened: else the first file opened would get its descriptor,
-  and a print, or ONNX Runtime's C++ logging to fd 2, would land in it);
-- stderr that cannot be written is dropped (nothing could be told on it);
-- stdout is the report. *Decision* (docs/cli.md, "Standard streams"): a
-  report that cannot be written never undoes the work nor changes the exit
-  code. Files written stay; a success says on stderr that its report was
-  lost; a reader that left is not told about (``| head`` is not an error).
+(``| head``). None of these changes the exit code or prints a traceback
+(docs/cli.md, "Standard streams": the rules and the decision on a lost report).
 """
 from __future__ import annotations
 
@@ -21,8 +13,10 @@ import sys
 
 
 def reopen_closed() -> None:
-    """Each of fds 0, 1, 2 that is closed becomes /dev/null, and Python's
-    stream for it exists (it is None when the process started without it)."""
+    """Each of fds 0, 1, 2 that is closed becomes /dev/null, before anything
+    is opened (else the first file opened would get its descriptor, and a
+    print or ONNX Runtime's logging to fd 2 would land in it), and Python's
+    stream for it exists (None when the process started without it)."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -61,17 +55,16 @@ class Quiet:
         self.lost: OSError | None = None
 
     def write(self, s):
-        if self.stream is not None and self.lost is None:
-            try:
-                return self.stream.write(s)
-            except (OSError, ValueError) as e:
-                self._lose(e)
+        self._try("write", s)
         return len(s)
 
     def flush(self):
+        self._try("flush")
+
+    def _try(self, method: str, *args) -> None:
         if self.stream is not None and self.lost is None:
             try:
-                self.stream.flush()
+                getattr(self.stream, method)(*args)
             except (OSError, ValueError) as e:
                 self._lose(e)
 
@@ -89,7 +82,7 @@ class Quiet:
 
 
 class Report(Quiet):
-    """stdout, the report (see the module doc for the rule)."""
+    """stdout, the report: a success whose report was lost says so on stderr."""
 
     def settle(self, success: bool) -> None:
         """Flush at the command's end; on a success whose report was lost

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from gelu_onnx import ortlib
+from helpers.kernel_helpers import kernel_library
 
 # The write-safety tests send SIGHUP / SIGINT to the processes they start and
 # expect the default action. A suite started under nohup, or as a background
@@ -22,7 +22,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 @pytest.fixture(scope="session")
 def lib():
     """The custom-op library's kernels through their C ABI (ctypes)."""
-    return ortlib.kernel_library()
+    return kernel_library()
 
 
 @pytest.fixture(scope="session")

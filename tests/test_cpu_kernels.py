@@ -216,8 +216,13 @@ def test_argument_errors(lib):
     assert lib.gelu_cuda_launch(0, 0, p, None, 0, q, 0, 1.0, None) == 0
 
 
+# a fresh process's kernels, through the helper
+_KERNELS = (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+            "from helpers.kernel_helpers import kernel_library")
+
+
 def test_erf_mode_env_var():
-    code = "from gelu_onnx import ortlib; print(ortlib.kernel_library().gelu_cpu_erf_precise(-1))"
+    code = f"{_KERNELS}; print(kernel_library().gelu_cpu_erf_precise(-1))"
     for value, want in (("precise", "1"), ("fast", "0"), ("", "0")):
         env = dict(os.environ, GELU_ONNX_ERF=value)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -226,7 +231,7 @@ def test_erf_mode_env_var():
 
 def test_isa_env_var_caps_the_path():
     """GELU_ONNX_CPU_ISA=scalar makes a fresh process use the scalar path."""
-    code = ("from gelu_onnx import ortlib; print(ortlib.kernel_library().gelu_cpu_isa().decode())")
+    code = f"{_KERNELS}; print(kernel_library().gelu_cpu_isa().decode())"
     env = dict(os.environ, GELU_ONNX_CPU_ISA="scalar")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "scalar"

@@ -370,7 +370,7 @@ def test_over_2gb_model_roundtrip(tmp_path):
     g.node.append(helper.make_node("Sum", [f"s{i}" for i in range(n)] + ["x"], ["y"]))
     g.input.append(helper.make_tensor_value_info("x", F, [4]))
     g.output.append(helper.make_tensor_value_info("y", F, [4]))
-    assert onnxio.embedded_bytes(m) > onnxio.MAX_PROTO_BYTES
+    assert onnxio.model_facts(m).embedded > onnxio.MAX_PROTO_BYTES
     saved = onnxio.save_model(m, tmp_path / "big.onnx")
     assert saved.externalized == n and "big.onnx.data" in saved.notes[0]
     assert (tmp_path / "big.onnx.data").stat().st_size >= n * size * 4

@@ -135,7 +135,7 @@ def test_odd_tensors_validated_from_the_scan(where, tmp_path):
     with their lines."""
     from gelu_onnx.onnxio import wire
     from gelu_onnx.onnxio.arraytable import ArrayTable
-    from gelu_onnx.onnxio.validate import validate_model_table
+    from gelu_onnx.onnxio.validate import validate_model
     from helpers.model_helpers import odd_tensors
 
     for name, t in odd_tensors().items():
@@ -146,13 +146,13 @@ def test_odd_tensors_validated_from_the_scan(where, tmp_path):
             t.name = "k"
             m.graph.initializer.append(t)
         if name not in ODD_TENSOR_REFUSALS:
-            _, table = validate_model_table(m, base_dir=str(tmp_path), where="m.onnx",
+            _, table = validate_model(m, base_dir=str(tmp_path), where="m.onnx",
                                             scan=wire.scan(m.SerializeToString()))
             assert isinstance(table, ArrayTable), name
             continue
         cls, line = ODD_TENSOR_REFUSALS[name]
         with pytest.raises(cls) as e:
-            validate_model_table(m, base_dir=str(tmp_path), where="m.onnx", scan=wire.scan(m.SerializeToString()))
+            validate_model(m, base_dir=str(tmp_path), where="m.onnx", scan=wire.scan(m.SerializeToString()))
         assert type(e.value) is cls
         assert str(e.value) == "m.onnx: " + line.format(name=repr(t.name), tmp=repr(str(tmp_path))), name
 

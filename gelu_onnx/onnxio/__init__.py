@@ -8,15 +8,13 @@ skeleton whose weights stay in the file). See docs/safety.md.
 """
 from __future__ import annotations
 
-from .irversion import (IR_FLOOR, ModelFacts, checkable_in_memory, lower_ir_version, lowest_ir_version, model_facts,
+from .irversion import (IR_FLOOR, checkable_in_memory, lower_ir_version, lowest_ir_version, model_facts,
                         serialized_facts)
 from .load import LoadedModel, load_model, load_model_proto, tensor_array
-from .save import SavedModel, check_output_path, save_model
-from .format import MAX_PROTO_BYTES, MMAP_MIN_BYTES, embedded_bytes, tensor_nbytes
-from .validate import validate_model
+from .save import check_output_path, save_model
+from .format import MAX_PROTO_BYTES
 from .walk import iter_graphs, iter_tensors
 
-__all__ = ["IR_FLOOR", "LoadedModel", "MAX_PROTO_BYTES", "MMAP_MIN_BYTES", "ModelFacts", "SavedModel",
-           "check_output_path", "checkable_in_memory", "embedded_bytes", "iter_graphs", "iter_tensors", "load_model",
-           "load_model_proto", "lower_ir_version", "lowest_ir_version", "model_facts", "serialized_facts",
-           "save_model", "tensor_array", "tensor_nbytes", "validate_model"]
+__all__ = ["IR_FLOOR", "LoadedModel", "MAX_PROTO_BYTES", "check_output_path", "checkable_in_memory",
+           "iter_graphs", "iter_tensors", "load_model", "load_model_proto", "lower_ir_version",
+           "lowest_ir_version", "model_facts", "serialized_facts", "save_model", "tensor_array"]

@@ -31,7 +31,6 @@ def unique(x: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
-
 def first_true(mask: np.ndarray, default: int = -1) -> int:
     """The index of the first True in ``mask``, else ``default``."""
     k = int(np.argmax(mask)) if len(mask) else 0
@@ -51,6 +50,7 @@ def any_per_node(mask: np.ndarray, off: np.ndarray) -> np.ndarray:
     """Per node i, whether any of ``mask[off[i]:off[i+1]]`` is True."""
     c = np.concatenate([[0], np.cumsum(mask)])
     return c[off[1:]] > c[off[:-1]]
+
 
 class LazyList(Sequence):
     """``make(i)`` for each i, made once on access (node protos, labels)."""
@@ -94,8 +94,6 @@ class ArrayTable:
     its own: see the module doc). Valid while ``graph`` is the unchanged
     graph of the bytes scanned. A node holding subgraphs reads every outer
     name its bodies use (``with_subgraphs``: those nodes)."""
-
-    lazy = True
 
     def __init__(self, graph, scan):
         self.graph, self.scan, self.names = graph, scan, scan.names
@@ -207,10 +205,7 @@ def graph_table(g, s, outer: bool) -> ArrayTable | None:
     serialization), or None when a name is written twice or read before it
     is written (a graph out of topological order: fusion/plan.py sorts
     one); when the scanner declined the bytes, one line with its reason
-    (wire.declined): InputError for a name that is not UTF-8 or holds a NUL
-    (exit 2), else UnsupportedError (out of memory: exit 3). Subgraphs,
-    function-attribute references and sparse initializers are covered (a
-    sparse initializer is a name the graph writes, never a constant)."""
+    (wire.declined). A sparse initializer is a name the graph writes, never a constant."""
     why = declined(s)
     if why is not None:
         names = s is not None and s.status == OK  # a whole scan: its names are what it declines

@@ -122,29 +122,25 @@ def copy_range(src_fd: int, dst_fd: int, offset: int, length: int, shown: str) -
     kernel where it can (copy_file_range), else in 16 MiB chunks; never the
     whole payload in Python memory. The one copy routine of the package (data
     files next to an output, the splice path's weights)."""
-    end = offset + length
-    first = True
-    try:
-        while offset < end:
-            n = os.copy_file_range(src_fd, dst_fd, min(end - offset, 1 << 30), offset)
-            if n == 0:
-                raise InputError(f"{shown}: the file shrank while it was being copied")
-            offset += n
-            if first:
-                first = False
-                fault("write:copy")
-    except (AttributeError, OSError) as e:
-        if isinstance(e, OSError) and e.errno not in _NO_COPY_RANGE:
-            raise
-        while offset < end:
+    start, end, kernel = offset, offset + length, True
+    while offset < end:
+        if kernel:
+            try:
+                n = os.copy_file_range(src_fd, dst_fd, min(end - offset, 1 << 30), offset)
+            except (AttributeError, OSError) as e:
+                if isinstance(e, OSError) and e.errno not in _NO_COPY_RANGE:
+                    raise
+                kernel = False
+                continue
+        else:
             chunk = os.pread(src_fd, min(end - offset, 1 << 24), offset)
-            if not chunk:
-                raise InputError(f"{shown}: the file shrank while it was being copied") from None
             write_all(dst_fd, chunk)
-            offset += len(chunk)
-            if first:
-                first = False
-                fault("write:copy")
+            n = len(chunk)
+        if n == 0:
+            raise InputError(f"{shown}: the file shrank while it was being copied")
+        if offset == start:
+            fault("write:copy")
+        offset += n
 
 
 def copy_into(src_real: str, dst_fd: int, size: int):

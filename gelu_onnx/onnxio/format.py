@@ -7,13 +7,11 @@ fusion/rewrite/emit.py) or where only the field headers matter
 leave the range they are given."""
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
-import onnx
 from onnx import TensorProto
-
-from .walk import iter_tensors
 
 # Files at least this large go the splice skeleton path (onnxio/splice.py:
 # field headers read, weights never parsed); smaller ones are read whole
@@ -82,15 +80,9 @@ def external_info(t: TensorProto) -> dict:
 def tensor_nbytes(t: TensorProto) -> int | None:
     """Payload size of a fixed-width tensor from dims and type, else None."""
     bits = ELEM_BITS.get(t.data_type)
-    if bits is None:
-        return None
-    n = 1
-    for d in t.dims:
-        n *= d
-    return (n * bits + 7) // 8
+    return None if bits is None else (math.prod(t.dims) * bits + 7) // 8
 
 
-_T = TensorProto
 # The typed field holding each type's values when there is no raw_data, and
 # how many entries one element takes (what ONNX Runtime reads).
 _TYPED_FIELD = {_T.FLOAT: ("float_data", 1), _T.COMPLEX64: ("float_data", 2), _T.DOUBLE: ("double_data", 1),
@@ -104,11 +96,9 @@ def embedded_size_error(t: TensorProto) -> str | None:
     """Why an embedded tensor holds more data than its dims say, else None.
     ONNX Runtime refuses such a tensor, a reader could take either count, and
     onnx.checker lets it through (it refuses data that is too short itself)."""
-    n = 1
-    for d in t.dims:
-        if d < 0:
-            return None  # the checker words it
-        n *= d
+    if any(d < 0 for d in t.dims):
+        return None  # the checker words it
+    n = math.prod(t.dims)
     if t.HasField("raw_data"):
         want = tensor_nbytes(t)
         got = len(t.raw_data)
@@ -124,23 +114,16 @@ def embedded_size_error(t: TensorProto) -> str | None:
     return None
 
 
-def embedded_bytes(model: onnx.ModelProto) -> int:
-    """Bytes of tensor data stored inside the model, from shapes and field
-    lengths — no payload is copied (unlike ByteSize(), which serializes)."""
-    return sum(tensor_embedded_bytes(t) for t in iter_tensors(model) if not is_external(t))
-
-
 def tensor_embedded_bytes(t: TensorProto) -> int:
-    """One embedded tensor's share of embedded_bytes."""
+    """Bytes of tensor data ``t`` stores inside the model, from shapes and
+    field lengths: no payload is copied (unlike ByteSize(), which serializes)."""
     total = 0
     if t.HasField("raw_data"):
         n = tensor_nbytes(t)
         total += n if n is not None else len(t.raw_data)
     total += 4 * (len(t.float_data) + len(t.int32_data))
     total += 8 * (len(t.int64_data) + len(t.double_data) + len(t.uint64_data))
-    if len(t.string_data):
-        total += sum(len(x) for x in t.string_data)
-    return total
+    return total + sum(map(len, t.string_data))
 
 
 # --- the protobuf wire format ------------------------------------------------------
@@ -270,7 +253,6 @@ def len_field(payload: bytes, number: int = 1) -> bytes:
     GraphProto's node): models are assembled from serialized parts, so no node
     passes through a Python protobuf object twice."""
     return field_key(number, LEN) + varint(len(payload)) + payload
-
 
 
 # ModelProto's top-level fields (onnx.proto) and their wire types

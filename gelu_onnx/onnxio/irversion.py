@@ -33,24 +33,19 @@ def _type_min_ir(tp, acc: list):
 
 @dataclass
 class ModelFacts:
-    """What writing a model needs to know about its tensors and types, from
-    one walk over every graph (model_facts): the external tensors, the bytes
-    stored inside the model, and the lowest IR version its opsets and element
-    types allow (None when an opset is unknown to this onnx)."""
+    """What writing a model needs to know (docs/design.md, "The file pipeline")."""
 
-    external: list
-    embedded: int
-    min_ir: int | None
+    external: list  # the external tensors
+    embedded: int  # bytes of tensor data stored inside the model
+    min_ir: int | None  # the lowest IR its opsets and types allow (None: an opset unknown to this onnx)
 
 
 def _opset_needs(model) -> tuple[list[int], bool]:
     """The IR versions the model's and its functions' opset imports need;
     known=False when onnx does not know one of them."""
     try:
-        need = [onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)]
-        for f in model.functions:
-            need.append(onnx.helper.find_min_ir_version_for(list(f.opset_import), ignore_unknown=True))
-        return need, True
+        return [onnx.helper.find_min_ir_version_for(list(o.opset_import), ignore_unknown=True)
+                for o in (model, *model.functions)], True
     except ValueError:
         return [], False
 
@@ -75,8 +70,7 @@ def _function_needs(model, tensors: list, need: list) -> None:
 
 
 def model_facts(model: onnx.ModelProto) -> ModelFacts:
-    """One walk over every graph and tensor (a walk costs about as much as
-    serializing the model: writing one takes it once, not four times)."""
+    """One walk over every graph and tensor (writing takes it once, not four times)."""
     need, known = _opset_needs(model)
     tensors: list = []  # what iter_tensors yields, gathered in the same walk
     configured = "device_configurations" in onnx.NodeProto.DESCRIPTOR.fields_by_name
@@ -101,9 +95,9 @@ def model_facts(model: onnx.ModelProto) -> ModelFacts:
 
 def serialized_facts(model: onnx.ModelProto) -> tuple[bytes | None, ModelFacts]:
     """(the model serialized, its ModelFacts): from the native scanner's
-    arrays of those bytes (onnxio.wire) when it maps them, without a walk
-    over every node in Python; else model_facts (bytes None when the model
-    does not serialize, e.g. over 2 GB)."""
+    arrays of those bytes when it maps them (kept for speed: docs/design.md,
+    "The file pipeline"); else model_facts (bytes None when the model does
+    not serialize, e.g. over 2 GB)."""
     try:
         data = model.SerializeToString()
     except (EncodeError, ValueError):
@@ -114,12 +108,10 @@ def serialized_facts(model: onnx.ModelProto) -> tuple[bytes | None, ModelFacts]:
 
 
 def _scanned_facts(model: onnx.ModelProto, s) -> ModelFacts | None:
-    """model_facts from a scan of the model's bytes: the same facts; the
-    main graph's nodes, initializers and attribute tensors from the arrays,
-    the attributes holding types or tensors the arrays do not size parsed
-    from the bytes the arrays point at, what they do not cover (functions,
-    the graph's value infos) as model_facts reads it. None for a model with
-    subgraphs (or external attribute tensors)."""
+    """model_facts from a scan of the model's bytes: the main graph's tensors
+    from the arrays (the attributes they do not size parsed from the bytes they
+    point at), functions and value infos as model_facts reads them. None for a
+    model with subgraphs (or external attribute tensors)."""
     if (s.node_flags & NF_SUBGRAPH).any():
         return None
     g = model.graph
@@ -195,9 +187,8 @@ def lowest_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -
 
 
 def lower_ir_version(model: onnx.ModelProto, facts: ModelFacts | None = None) -> int | None:
-    """Lower model.ir_version (in place) to the lowest the model needs, so
-    older runtimes load it too (onnx >= 1.23 stamps IR 14 on what it writes);
-    returns the old version when lowered, else None.  Never raises it."""
+    """Lower model.ir_version (in place) to lowest_ir_version (never raise it);
+    the old version when lowered, else None."""
     low = lowest_ir_version(model, facts)
     if low is None or model.ir_version <= low:
         return None

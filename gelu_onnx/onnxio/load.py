@@ -17,7 +17,7 @@ from . import wire
 from .fileops import path_arg
 from .format import MAX_PROTO_BYTES, external_info, is_external, tensor_nbytes
 from .arraytable import ArrayTable
-from .validate import Validator, one_line, quote, validate_model, validate_model_table
+from .validate import Validator, one_line, quote, validate_model
 
 
 @dataclass(kw_only=True)
@@ -64,11 +64,8 @@ def _read(path: str, size: int) -> bytes:
 
 
 def load_model(path) -> LoadedModel:
-    """Read and validate an ONNX file; external weight payloads are not read.
-
-    Returns a LoadedModel; raises InputError (exit 2) / UnsafeModelError (exit
-    2) with one line naming the file on anything malformed or unsafe.
-    """
+    """Read and validate an ONNX file (external weight payloads are not read);
+    one InputError / UnsafeModelError line naming the file on anything malformed or unsafe."""
     shown = path_arg(path, "model path")
     where = one_line(shown)
     try:
@@ -118,19 +115,16 @@ def _validated(model: onnx.ModelProto, data: bytes, base_dir, where: str, path: 
     scan = wire.scan(data)
     scan = scan if scan is not None else wire.scan(model.SerializeToString())
     base = os.path.realpath(base_dir) if base_dir is not None else None
-    files, table = validate_model_table(model, base_dir=base, where=where, scan=scan)
+    files, table = validate_model(model, base_dir=base, where=where, scan=scan)
     return LoadedModel(model=model, path=path, base_dir=base, external_files=files, file_size=len(data), table=table,
                        data=scan.data if isinstance(table, ArrayTable) else None)
 
 
 def load_model_proto(model_or_path, *, base_dir=None) -> LoadedModel:
-    """Like load_model, also for an in-memory ModelProto or serialized bytes.
-
-    A ModelProto is validated as is (not copied); ``base_dir`` is the folder
-    its external-data locations are relative to (needed only if it has any).
-    """
+    """Like load_model, also for an in-memory ModelProto (validated as is, not
+    copied; ``base_dir``: the folder its external data are relative to) or bytes."""
     if isinstance(model_or_path, onnx.ModelProto):
-        files = validate_model(model_or_path, base_dir=base_dir, where="model")
+        files = validate_model(model_or_path, base_dir=base_dir, where="model")[0]
         base = os.path.realpath(base_dir) if base_dir is not None else None
         return LoadedModel(model=model_or_path, base_dir=base, external_files=files)
     if isinstance(model_or_path, (bytes, bytearray, memoryview)):

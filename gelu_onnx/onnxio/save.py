@@ -178,31 +178,39 @@ def refuse_unreplaceable(where: str, out: str, replaceable=None) -> None:
 
 
 def save_model(model: onnx.ModelProto, out_path, *, source: LoadedModel | None = None,
-               source_dir=None, input_path=None, overwrite_input: bool = False,
+               source_dir=None, overwrite_input: bool = False,
                max_proto_bytes: int | None = None, keep_backups: bool = False,
                facts: ModelFacts | None = None, payload: bytes | None = None) -> SavedModel:
     """Write ``model`` to ``out_path`` atomically (temp file + rename).
 
-    ``source`` (the LoadedModel it came from) or ``source_dir``/``input_path``
-    say where its external data live and which files must not be
-    overwritten.  The input file is refused as output unless
-    ``overwrite_input``; the input's data files are always refused.  External
-    tensors keep their locations; when the output folder differs from the
-    source folder, the data files are reflink-cloned (else copied) next to it.
-    If the serialized model would exceed ``max_proto_bytes`` (protobuf's 2 GB
-    limit by default), tensors >= 1 KiB go to ``<output name>.data`` (the
-    model object is changed in place then, as onnx.save does;
-    GELU_ONNX_TEST_MAX_PROTO_BYTES lowers the default limit, for tests).
-    SIGINT/SIGTERM/SIGHUP during the write remove every temp file and put
-    back what was replaced (gelu_onnx.interrupts). ``facts``:
-    irversion.model_facts(model), when the caller has it (saves a walk);
-    ``payload``: model.SerializeToString(), when the caller has it.
+    ``source`` (the LoadedModel it came from) or ``source_dir`` say where its
+    external data live and which files must not be overwritten (the input
+    file unless ``overwrite_input``; its data files always). External tensors
+    keep their locations; in another folder their data files are
+    reflink-cloned (else copied) next to the output. A model over
+    ``max_proto_bytes`` (protobuf's 2 GB; GELU_ONNX_TEST_MAX_PROTO_BYTES for
+    tests) has its tensors >= 1 KiB moved to ``<output name>.data``, in place
+    as onnx.save does. A signal during the write removes every temp file and
+    puts back what was replaced. ``facts`` / ``payload``: the model's
+    irversion.ModelFacts / serialization, when the caller has them.
     """
     if max_proto_bytes is None:
         max_proto_bytes = int(os.environ.get("GELU_ONNX_TEST_MAX_PROTO_BYTES", MAX_PROTO_BYTES))
     with unwinding(), folder_lock(os.path.dirname(os.path.abspath(path_arg(out_path, "output path")))):
-        return _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
-                     keep_backups, facts or model_facts(model), payload)
+        input_path, protected = (None, set()) if source is None else (source.path, set(source.external_files))
+        if source is not None and source_dir is None:
+            source_dir = source.base_dir
+        where, shown_out, out_dir = check_output_path(out_path, input_path, overwrite_input, check_existing=False)
+        # From here on every name is resolved in the folder opened now, through
+        # its descriptor (fileops.Folder): checks, temp files, renames, cleanup.
+        folder = Folder(os.path.realpath(out_dir), where)
+        saved = SavedModel(shown_out, folder=folder)
+        try:
+            return _save_in(model, folder, where, shown_out, out_dir, source_dir, input_path, protected,
+                            max_proto_bytes, keep_backups, facts or model_facts(model), payload, saved)
+        except BaseException:
+            saved._close()
+            raise
 
 
 def _claim(tmp: str, final: str, where: str, saved: SavedModel, shown: str) -> None:
@@ -216,26 +224,6 @@ def _claim(tmp: str, final: str, where: str, saved: SavedModel, shown: str) -> N
     else:
         raise InputError(f"{where}: {shown} was written by another process meanwhile and is not this "
                          "model's data; refusing to replace it: write the output into another folder")
-
-
-def _save(model, out_path, source, source_dir, input_path, overwrite_input, max_proto_bytes,
-          keep_backups, facts: ModelFacts, given: bytes | None = None) -> SavedModel:
-    protected: set[str] = set()
-    if source is not None:
-        source_dir = source_dir if source_dir is not None else source.base_dir
-        input_path = input_path if input_path is not None else source.path
-        protected.update(source.external_files)
-    where, shown_out, out_dir = check_output_path(out_path, input_path, overwrite_input, check_existing=False)
-    # From here on every name is resolved in the folder opened now, through
-    # its descriptor (fileops.Folder): checks, temp files, renames, cleanup.
-    folder = Folder(os.path.realpath(out_dir), where)
-    saved = SavedModel(shown_out, folder=folder)
-    try:
-        return _save_in(model, folder, where, shown_out, out_dir, source_dir, input_path, protected, max_proto_bytes,
-                        keep_backups, facts, given, saved)
-    except BaseException:
-        saved._close()
-        raise
 
 
 def _save_in(model, folder: Folder, where: str, shown_out: str, out_dir: str, source_dir, input_path, protected,
@@ -344,7 +332,8 @@ def _save_in(model, folder: Folder, where: str, shown_out: str, out_dir: str, so
             finally:
                 os.close(fd)
             saved.data_files.append(os.path.join(out_dir, name))
-            saved.notes.append(f"model is over {_size(max_proto_bytes)}: {saved.externalized} tensors "
+            over = "2 GB" if max_proto_bytes == MAX_PROTO_BYTES else f"{max_proto_bytes} bytes"
+            saved.notes.append(f"model is over {over}: {saved.externalized} tensors "
                                f"written to external data file {name} next to {os.path.basename(out)}")
             try:
                 payload = model.SerializeToString()
@@ -390,10 +379,6 @@ def _save_in(model, folder: Folder, where: str, shown_out: str, out_dir: str, so
         saved.notes.append(f"{len(saved.copied)} external data file(s) copied next to "
                            f"{os.path.basename(out)}")
     return saved
-
-
-def _size(n: int) -> str:
-    return "2 GB" if n == MAX_PROTO_BYTES else f"{n} bytes"
 
 
 def _data_name(out: str, refs: dict, protected: set, out_dir: str) -> str:

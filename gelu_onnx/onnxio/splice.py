@@ -1,10 +1,9 @@
 """Fuse a large single-file model without parsing or re-writing its weights.
 
 A 1.3 GB BERT-large file is 99.9 % weight payload, and the fuse pass never
-changes a weight. So instead of parsing the whole file into protobuf objects
-and serializing it all again, ``open_skeleton`` walks the protobuf wire format
-(ModelProto -> field 7 graph -> field 5 initializers) over an mmap of the file,
-touching only field headers, and builds a *skeleton*: the same model in which
+changes a weight. So ``open_skeleton`` walks the protobuf wire format
+(ModelProto -> field 7 graph -> field 5 initializers), reading only field
+headers, and builds a *skeleton*: the same model in which
 every large initializer is a valid external-data reference to its own payload
 bytes inside the input file (location = the file's name, offset/length = the
 raw_data bytes). The skeleton is a few hundred KB; it is validated by
@@ -46,7 +45,7 @@ from ..errors import GeluOnnxError, InputError, UnsupportedError
 from .load import LoadedModel
 from .fileops import Folder, cleanup, copy_range, in_folder, new_mode, tmp_in, write_all
 from ..interrupts import critical, fault, unwinding
-from .format import (LEN, MAX_PROTO_BYTES, Malformed, Source, Unsupported, field_key, iter_fields, len_field,
+from .format import (DATA_FIELDS, LEN, MAX_PROTO_BYTES, Malformed, Source, Unsupported, field_key, iter_fields, len_field,
                      tensor_nbytes, varint)
 from .save import SavedModel, check_output_path
 from .validate import validate_model
@@ -63,7 +62,6 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=@,-]*")
 
 _GRAPH, _INITIALIZER = 7, 5  # ModelProto.graph, GraphProto.initializer
 _RAW_DATA = 9  # TensorProto.raw_data
-_OTHER_DATA = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 
 # --- the skeleton -------------------------------------------------------------
@@ -83,12 +81,11 @@ class Skeleton:
 
     loaded: LoadedModel
     path: str  # real path of the input file
-    size: int
     stripped: dict[bytes, _Stripped] = field(default_factory=dict)  # by placeholder entry
     _fd: int | None = None
 
     @property
-    def model(self) -> ModelProto:
+    def model(self) -> ModelProto:  # tests
         return self.loaded.model
 
     def close(self) -> None:
@@ -108,8 +105,7 @@ class Skeleton:
         return in_folder(os.path.dirname(self.path))
 
     def save(self, model: ModelProto, out_path, *, overwrite_input: bool = False) -> SavedModel:
-        """Write ``model`` (the fused skeleton) with every placeholder replaced by
-        the input's original initializer bytes; temp file + rename."""
+        """Write ``model`` (the fused skeleton) with the input's bytes in place of the placeholders."""
         shown, out, out_dir = check_output_path(out_path, self.path, overwrite_input)
         pieces, total = self._pieces(model)
         if total > MAX_PROTO_BYTES:
@@ -123,8 +119,8 @@ class Skeleton:
                 fd, tmp = tmp_in(folder.path, os.path.basename(out), pending, final, new_mode(final))
                 try:
                     for p in pieces:
-                        if isinstance(p, tuple):
-                            self._copy(fd, *p)
+                        if isinstance(p, tuple):  # (offset, length) of the input: copied in the kernel
+                            copy_range(self._fd, fd, *p, self.path)
                         else:
                             write_all(fd, p)
                 finally:
@@ -145,7 +141,7 @@ class Skeleton:
 
     # -- output assembly --------------------------------------------------------
     def _pieces(self, model: ModelProto) -> tuple[list, int]:
-        """The output as bytes and (offset, length) ranges of the input file."""
+        """The output as bytes and (offset, length) ranges of the input file; its size."""
         external = sum(1 for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
         buf = model.SerializeToString()  # small: the weights are placeholders
         try:
@@ -179,10 +175,6 @@ class Skeleton:
         tail = buf[gend:]
         return [head, *body, tail], len(head) + glen + len(tail)
 
-    def _copy(self, dst: int, offset: int, length: int) -> None:
-        """Copy input bytes [offset, offset+length) to dst's position, in the kernel."""
-        copy_range(self._fd, dst, offset, length, self.path)
-
 
 def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | None:
     """Read and validate the model at ``path`` without its large weights.
@@ -212,7 +204,7 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
             raise Malformed("protobuf parse failed") from None
         # the io checks, on the skeleton: every placeholder is verified to lie
         # inside this very file
-        files = validate_model(model, base_dir=os.path.dirname(real), where=shown)
+        files = validate_model(model, base_dir=os.path.dirname(real), where=shown)[0]
         placeholders = sum(1 for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL)
         if placeholders != len(stripped) or files not in ((), (real,)):
             raise Unsupported("the model has external data of its own")
@@ -228,7 +220,7 @@ def open_skeleton(path, *, strip_min_bytes: int | None = None) -> Skeleton | Non
         raise
     loaded = LoadedModel(model=model, path=real, base_dir=os.path.dirname(real),
                          external_files=(real,) if stripped else (), file_size=st.st_size)
-    return Skeleton(loaded, real, st.st_size, {s.entry: s for s in stripped}, fd)
+    return Skeleton(loaded, real, {s.entry: s for s in stripped}, fd)
 
 
 def _scan(src: Source, location: str, strip_min: int) -> tuple[bytes, list[_Stripped]]:
@@ -289,7 +281,7 @@ def _placeholder(src: Source, fs: int, vs: int, fe: int, location: str, strip_mi
     except (DecodeError, ValueError, RuntimeError, TypeError):
         raise Malformed("bad initializer") from None
     if (t.data_location != TensorProto.DEFAULT or len(t.external_data) or t.HasField("segment")
-            or any(len(getattr(t, f)) for f in _OTHER_DATA) or isinstance(t.name, bytes)
+            or any(len(getattr(t, f)) for f in DATA_FIELDS[1:]) or isinstance(t.name, bytes)
             or tensor_nbytes(t) != raw[1] - raw[0]):
         return None  # not plain payload: protobuf / io / the checker judge it as usual
     t.data_location = TensorProto.EXTERNAL

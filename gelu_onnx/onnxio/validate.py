@@ -20,7 +20,7 @@ from onnx import TensorProto
 from ..errors import InputError, UnsafeModelError, UnsupportedError
 from .arraytable import ArrayTable, any_per_node, first_repeat, first_true, same_counts, unique
 from .format import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, KNOWN_TYPES, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
-from .walk import MAX_EXPANDED_NODES, attr_tensors, expanded_nodes, subgraphs, walk_graphs
+from .walk import MAX_EXPANDED_NODES, attr_tensors, expanded_nodes, norm_domain, subgraphs, walk_graphs
 from .wire import NF_REF, NF_SUBGRAPH, OK, SF_BAD_UTF8, as_model, declined, raw_scan
 
 
@@ -35,10 +35,6 @@ def quote(name, limit: int = 120) -> str:
 
 def one_line(msg: str) -> str:
     return msg.replace("\r", "\\r").replace("\n", "\\n")
-
-
-def norm_domain(d) -> str:
-    return "" if d in ("", "ai.onnx") else d
 
 
 def _node_label(node, i: int) -> str:
@@ -477,18 +473,12 @@ class Validator:
         return real
 
 
-def validate_model(model: onnx.ModelProto, *, base_dir: str | None = None,
-                   where: str = "model") -> tuple[str, ...]:
-    """Validate a parsed model (see module doc); return the real paths of the
-    external data files it uses.  Raises InputError / UnsafeModelError."""
-    return validate_model_table(model, base_dir=base_dir, where=where)[0]
-
-
-def validate_model_table(model: onnx.ModelProto, *, base_dir: str | None = None, where: str = "model",
-                         scan=None) -> tuple[tuple[str, ...], ArrayTable | None]:
-    """validate_model, and the main graph's ArrayTable (Validator.model)
-    when ``scan`` (onnxio.wire.scan of the bytes ``model`` was parsed from)
-    is given."""
+def validate_model(model: onnx.ModelProto, *, base_dir: str | None = None, where: str = "model",
+                   scan=None) -> tuple[tuple[str, ...], ArrayTable | None]:
+    """Validate a parsed model (see module doc; InputError / UnsafeModelError):
+    the real paths of the external data files it uses, and the main graph's
+    ArrayTable (Validator.model) when ``scan`` (onnxio.wire.scan of the bytes
+    ``model`` was parsed from) is given."""
     v = Validator(where, os.path.realpath(base_dir) if base_dir is not None else None)
     try:
         table = v.model(model, scan)

@@ -36,11 +36,7 @@ def attr_tensors(attrs) -> Iterator[TensorProto]:
 
 def walk_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """``graph`` and every graph nested in it (If/Loop/Scan bodies), depth first."""
-    yield graph
-    for node in graph.node:
-        if node.attribute:  # most nodes have none: skip the generator
-            for _, g in subgraphs(node):
-                yield from walk_graphs(g)
+    return (g for _, g in _with_paths(graph, ""))
 
 
 def iter_graphs(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.GraphProto]]:
@@ -84,8 +80,12 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
 MAX_EXPANDED_NODES = 2_000_000
 
 
+def norm_domain(d) -> str:
+    return "" if d in ("", "ai.onnx") else d
+
+
 def _key(domain: str, name: str, overload: str = "") -> tuple:
-    return ("" if domain in ("", "ai.onnx") else domain, name, overload)
+    return (norm_domain(domain), name, overload)
 
 
 def _nodes(nodes):

@@ -58,11 +58,11 @@ SF_BAD_UTF8, SF_NUL = 1, 2
 # Per-tensor columns: init_* (initializers) and at_* (attribute tensors) alike
 _TENSOR_I32 = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len")
 _TENSOR_I64 = ("dims", "loc", "typed")
-_I32 = ("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
+_I32 = frozenset(("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
         "node_attr_off", "attr_name", "attr_flags", "init_name", "at_attr", "input_name", "output_name", "vi_name",
         "str_flags", "node_start", "node_end", "attr_start", "attr_end", "vi_start", "vi_end", "str_off",
-        *(p + c for p in ("init_", "at_") for c in _TENSOR_I32))
-_I64 = ("model_info", *(p + c for p in ("init_", "at_") for c in _TENSOR_I64))
+        *(p + c for p in ("init_", "at_") for c in _TENSOR_I32)))
+_I64 = frozenset(("model_info", *(p + c for p in ("init_", "at_") for c in _TENSOR_I64)))
 
 _lib = None  # the loaded library, False when there is none
 
@@ -105,12 +105,10 @@ class ScannerMissing(UnsupportedError):
 
 
 def built() -> bool:
-    """Whether the library is built and loads."""
     return _library() is not None
 
 
 def require():
-    """The loaded library; ScannerMissing when there is none."""
     lib = _library()
     if lib is None:
         raise ScannerMissing(f"{LIBRARY} (plugins/scan) is not built or does not load: the fuse pass "
@@ -122,8 +120,7 @@ class Names:
     """String id -> str, decoded on first use (a big graph has millions)."""
 
     def __init__(self, blob: bytes, off: np.ndarray):
-        self._blob, self._off = blob, off
-        self.blob = blob  # every string, each followed by a NUL
+        self.blob, self._off = blob, off  # every string, each followed by a NUL
         self._cache: list = [None] * (len(off) - 1)
         self.ids: dict[str, int] = {}  # str -> id for every string decoded so far
 
@@ -134,13 +131,13 @@ class Names:
         s = self._cache[i]
         if s is None:
             i = int(i)
-            s = self._cache[i] = self._blob[int(self._off[i]):int(self._off[i + 1]) - 1].decode("utf-8")
+            s = self._cache[i] = self.blob[int(self._off[i]):int(self._off[i + 1]) - 1].decode("utf-8")
             self.ids[s] = i
         return s
 
     def raw(self, i: int) -> bytes:
         """The string's bytes as stored (as it is written back)."""
-        return self._blob[int(self._off[i]):int(self._off[i + 1]) - 1]
+        return self.blob[int(self._off[i]):int(self._off[i + 1]) - 1]
 
     def take(self, ids) -> list[str]:
         """[names[i] for i in ids]; many at once decode the whole table once."""
@@ -169,24 +166,22 @@ class Scan:
     def __init__(self, lib, handle, status: int, message: str, blob: bytes, data: bytes):
         self._lib, self._handle = lib, handle
         self.data = data  # the bytes scanned
-        self.status, self.message, self.arrays = status, message, {}
+        self.status, self.message = status, message
         self.names = Names(blob, self.str_off)
 
     def __getattr__(self, name):
-        """An array, copied from the scanner's result on first use (a small
-        graph's validation reads half of them: each copy is a ctypes call)."""
-        arrays = self.__dict__.get("arrays")
-        if arrays is None or not (name in _I32 or name in _I64):
+        """An array, copied from the scanner's result on first use and kept as
+        an attribute (a small graph's validation reads half of them: each copy
+        is a ctypes call)."""
+        if name not in _I32 and name not in _I64 or "_handle" not in self.__dict__:
             raise AttributeError(name)
-        a = arrays.get(name)
-        if a is None:
-            ctype, fn, dtype = ((ctypes.c_int32, self._lib.gos_i32, np.int32) if name in _I32
-                                else (ctypes.c_int64, self._lib.gos_i64, np.int64))
-            ptr = ctypes.POINTER(ctype)()
-            n = fn(self._handle, name.encode(), ctypes.byref(ptr))
-            a = arrays[name] = np.empty(max(n, 0), dtype)
-            if n > 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
-                ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
+        ctype, fn, dtype = ((ctypes.c_int32, self._lib.gos_i32, np.int32) if name in _I32
+                            else (ctypes.c_int64, self._lib.gos_i64, np.int64))
+        ptr = ctypes.POINTER(ctype)()
+        n = fn(self._handle, name.encode(), ctypes.byref(ptr))
+        a = self.__dict__[name] = np.empty(max(n, 0), dtype)
+        if n > 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
+            ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
         return a
 
     @property
@@ -218,7 +213,6 @@ class Scan:
         return int(self._lib.gos_find(self._handle, b, len(b)))
 
     def find_many(self, names) -> np.ndarray:
-        """find() of each name, as an int32 array."""
         raw = [n.encode("utf-8", "surrogatepass") for n in names]
         off = np.zeros(len(raw) + 1, np.int64)
         np.cumsum([len(b) for b in raw], out=off[1:])

@@ -3,12 +3,14 @@ results against a float64 reference: used by the CPU, CUDA, onnxruntime
 version and script tests."""
 from __future__ import annotations
 
+import ctypes
+
 import ml_dtypes
 import numpy as np
 import pytest
 from scipy import special
 
-from gelu_onnx import contract
+from gelu_onnx import contract, ortlib
 
 
 FORMS = {"erf": 0, "tanh": 1, "sigmoid": 2}
@@ -127,3 +129,22 @@ def check_f32(form, x, y, bound_key=None):
     allowed = 3 + np.abs(x[sub].astype(np.float64)) + rel_part
     assert np.all(abs_err <= allowed), f"{form}: subnormal result error {abs_err.max()}"
     return float(d[normal].max())
+
+
+def kernel_library():
+    """ctypes handle to the custom-op library's kernel C ABI (gelu_cpu_range,
+    gelu_cpu_isa, gelu_cpu_set_isa, gelu_cpu_erf_precise, gelu_cuda_launch; see
+    plugins/common/gelu_kernels.h)."""
+    lib = ctypes.CDLL(str(ortlib.library_path(required=True)))
+    i64, vp = ctypes.c_int64, ctypes.c_void_p
+    lib.gelu_cpu_range.argtypes = [ctypes.c_int, ctypes.c_int, vp, vp, i64, vp, i64, i64, ctypes.c_float]
+    lib.gelu_cpu_range.restype = ctypes.c_int
+    lib.gelu_cuda_launch.argtypes = [ctypes.c_int, ctypes.c_int, vp, vp, i64, vp, i64, ctypes.c_float, vp]
+    lib.gelu_cuda_launch.restype = ctypes.c_int
+    lib.gelu_cpu_isa.restype = ctypes.c_char_p
+    lib.gelu_cpu_set_isa.argtypes = [ctypes.c_char_p]
+    lib.gelu_cpu_set_isa.restype = ctypes.c_char_p
+    lib.gelu_cpu_erf_precise.argtypes = [ctypes.c_int]
+    lib.gelu_cpu_erf_precise.restype = ctypes.c_int
+    lib.gelu_onnx_ort_api_version.restype = ctypes.c_uint32
+    return lib
