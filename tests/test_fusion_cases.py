@@ -289,6 +289,7 @@ def test_every_main_graph_is_read_by_the_scanner():
     twice = m.SerializeToString() + bytes([0x3A, 3, 0x52, 1, 0x67])  # graph (field 7) again: doc_string "g"
     loaded = load_model_proto(twice)
     assert loaded.model.graph.doc_string == "g" and isinstance(loaded.table, ArrayTable)
+    assert plan(loaded.model, table=loaded.table).graphs[-1].index.arrays is loaded.table  # read once
     assert len(gelu_onnx.fuse_with_report(loaded, "custom", inplace=True).fusions) == 5
     sub = onnx.ModelProto()
     sub.CopyFrom(m)

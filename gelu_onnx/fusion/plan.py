@@ -28,7 +28,7 @@ from .rewrite.graph import rewrite_graph
 from .rewrite.emit import NameGen, drop_dead_constants, drop_stale_value_info, drop_unused_functions
 from .targets import Emission, Target, default_opset
 from ..errors import InputError, UnsupportedError
-from ..onnxio.arraytable import outer_references, scanned_table, subgraph_table
+from ..onnxio.arraytable import ArrayTable, outer_references, scanned_table, subgraph_table
 from ..onnxio.walk import subgraphs
 
 
@@ -105,7 +105,7 @@ def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: b
             copy = ModelProto()
             copy.CopyFrom(model)
             return plan(copy, base_dir)
-    if not getattr(table, "lazy", False) or table.graph is not model.graph:
+    if not isinstance(table, ArrayTable) or table.graph is not model.graph:
         table = _table(model.graph, scanned_table, model, may_sort)
     out: list[GraphPlan] = []
     # one bias.InferredShapes per model: runs only when an undeclared shape is asked for
