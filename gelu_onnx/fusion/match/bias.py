@@ -17,7 +17,7 @@ from onnx import ModelProto, TensorProto, shape_inference
 from ..report import Match
 from ..index.graph import GraphIndex
 from ..ops import DEFAULT_DOMAINS, is_default_domain
-from ...onnxio.walk import subgraphs
+from ...onnxio.walk import walk_graphs
 
 # Initializers larger than this are given to shape inference without their
 # payload (a bias or a Reshape's shape is far smaller; weights are not read).
@@ -69,17 +69,10 @@ def _infer(model: ModelProto) -> dict:
     except Exception:  # noqa: BLE001 - inference is a help, never a requirement
         return {}
     out: dict = {}
-
-    def visit(graph):
-        # names are unique across a model's graphs; the first (outermost) wins
+    for graph in walk_graphs(inferred.graph):  # names are unique across a model's graphs; the outermost wins
         for infos in (graph.input, graph.output, graph.value_info):
             for vi in infos:
                 out.setdefault(vi.name, vi)
-        for n in graph.node:
-            for _, sub in subgraphs(n):
-                visit(sub)
-
-    visit(inferred.graph)
     return out
 
 
