@@ -19,9 +19,7 @@ __all__ = ["assert_parity"]
 
 
 def assert_parity(original, fused, **check_options) -> CheckReport:
-    """``gelu_onnx.check(original, fused, **check_options)``; AssertionError
-    with the report's text when it fails. Bad input raises as check does
-    (gelu_onnx.errors: ValueError / NotImplementedError subclasses)."""
+    """Bad input raises as check does (gelu_onnx.errors: ValueError / NotImplementedError subclasses)."""
     rep = check(original, fused, **check_options)
     if not rep.ok:
         raise AssertionError("parity check failed\n" + report_text(rep))

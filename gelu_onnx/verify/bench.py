@@ -9,6 +9,7 @@ and timing of each level stop once its share of ``max_seconds`` has passed
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
@@ -71,21 +72,15 @@ class BenchReport:
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
 def machine_info(threads: int) -> dict:
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "usable_cpus": usable, "intra_op_threads": threads,
             "platform": platform.platform()}
 
@@ -148,15 +143,12 @@ def bench(original, fused=None, *, target: str = DEFAULT_TARGET, opt_levels=DEFA
           inputs=None, dims=None, dim_default: int = BENCH_DIM_DEFAULT, allow_pickle: bool = False, progress=None,
           max_seconds: float | None = MAX_SECONDS, custom_op_libraries=(), input_shapes=None,
           steps=None) -> BenchReport:
-    """Time ``original`` against ``fused`` (path or ModelProto; None = fuse
-    ``original`` in memory with ``target``). ``fused`` must have the
-    original's interface (InputError otherwise). ``progress(n)`` is called
-    after every n session runs (at most ``runs_per_level`` per optimization
-    level). ``max_seconds``: the budget of warmup + timing, all levels
-    together (None: every run of ``warmup`` and ``repeats``).
-    ``custom_op_libraries``: more custom-op libraries both sessions register.
-    ``input_shapes``: as check's. ``steps(step, seconds)``: called as each
-    step starts (seconds None) and ends."""
+    """Time ``original`` against ``fused`` (path or ModelProto with the
+    original's interface; None = fuse ``original`` in memory with ``target``).
+    ``progress(n)``: after every n session runs (at most ``runs_per_level``
+    per level). ``max_seconds``: the budget of warmup + timing, all levels
+    together (None: every run). ``input_shapes``, ``steps``: as check's
+    ``input_shapes``, ``progress``."""
     step = Steps(steps)
     if threads < 1:
         raise InputError(f"--threads must be >= 1, got {threads}")

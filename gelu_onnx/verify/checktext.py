@@ -121,10 +121,9 @@ def _localized(fusions, first, mode: str, verbose: bool) -> list[str]:
         shown = fusions
     head = "GELU tensor" if mode != "all" else "tensor"
     what = "original GELU (inspect)" if mode != "all" else "written by"
-    w = None if verbose else NAME_WIDTH
-    cells = [[clip(f["tensor"], w) if w else f["tensor"], clip(f["summary"], 34) if w else f["summary"],
-              clip(f["fused_op"] or "-", 22) if w else (f["fused_op"] or "-"), fmt(f.get("max_abs")),
-              "PASS" if f["pass"] else "FAIL"] for f in shown]
+    w = (None, None, None) if verbose else (NAME_WIDTH, 34, 22)
+    cells = [[clip(f["tensor"], w[0]), clip(f["summary"], w[1]), clip(f["fused_op"] or "-", w[2]),
+              fmt(f.get("max_abs")), "PASS" if f["pass"] else "FAIL"] for f in shown]
     out = [table(cells, [head, what, "fused op", "max_abs", "result"])] if cells else []
     if len(shown) < len(fusions):
         failing = sum(not f["pass"] for f in fusions)

@@ -176,11 +176,6 @@ def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
     return out
 
 
-def _resolve_shape(spec: InputSpec, dims: Mapping[str, int], dim_default: int) -> tuple:
-    return tuple(d if isinstance(d, int) else dims.get(d, dim_default) if isinstance(d, str) else dim_default
-                 for d in spec.dims)
-
-
 # Random feeds beyond this many values (about 2 GB of float32) are refused:
 # a graph input may declare any dims, and a typo must not allocate terabytes.
 MAX_RANDOM_ELEMENTS = 1 << 29
@@ -188,18 +183,13 @@ MAX_RANDOM_ELEMENTS = 1 << 29
 
 def make_inputs(model: onnx.ModelProto, seed: int = 0, overrides: Mapping[str, int] | None = None,
                 dim_default: int = DIM_DEFAULT, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """Seeded random feeds for every required graph input.
-
-    Shapes: fixed dims as declared; a named dim takes ``overrides[name]``
-    (CLI ``--dim name=value``) or ``dim_default``; an anonymous dim takes
-    ``dim_default``. Values: floats ~ N(0, 1) * ``scale``; integer inputs whose
-    name contains "mask" are all ones (bool: True); other integer inputs are
-    uniform in [0, table size) when they index a table (an embedding Gather
-    over a constant, ORT's EmbedLayerNormalization) through ops that only
-    move their values (Transpose, Reshape, Cast, Slice, Concat ..., in
-    subgraphs and model-local functions too; the smallest table when several),
-    else [0, 100); other bool inputs are fair coin flips. The same (model,
-    seed, dims) always gives the same feeds."""
+    """Seeded random feeds for every required graph input: the same (model,
+    seed, dims) always gives the same feeds. A named dim takes
+    ``overrides[name]`` (``--dim name=value``) or ``dim_default``, an
+    anonymous one ``dim_default``. Floats ~ N(0, 1) * ``scale``; integer and
+    bool inputs whose name contains "mask" all ones / True; other integer
+    inputs uniform in [0, table size) when they index a table (_id_highs: the
+    smallest when several), else [0, INT_HIGH_DEFAULT); other bools fair coin flips."""
     overrides = dict(overrides or {})
     if not (math.isfinite(scale) and scale != 0):
         raise InputError(f"--scale must be a finite number other than 0, got {scale}: the random inputs would "
@@ -220,7 +210,8 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, overrides: Mapping[str, i
     feeds = {}
     total = 0
     for s in specs:
-        shape = _resolve_shape(s, overrides, dim_default)
+        shape = tuple(d if isinstance(d, int) else overrides.get(d, dim_default) if isinstance(d, str)
+                      else dim_default for d in s.dims)
         if any(d < 0 for d in shape):
             raise InputError(f"input '{s.name}' declares shape {list(shape)}, with a negative dimension")
         total += math.prod(shape)
@@ -278,5 +269,6 @@ def describe_inputs(feeds: Mapping[str, np.ndarray], source: str) -> list[dict]:
     return [{"name": k, "dtype": dtype_str(v), "shape": list(v.shape), "source": source} for k, v in feeds.items()]
 
 
-def dtype_str(a: np.ndarray) -> str:
-    return "bfloat16" if is_bf16(a) else ("string" if a.dtype.kind in "OUS" else str(a.dtype))
+def dtype_str(a) -> str:  # of an array or a numpy dtype
+    dt = a if isinstance(a, np.dtype) else a.dtype
+    return "bfloat16" if dt == contract.np_dtype(TensorProto.BFLOAT16) else ("string" if dt.kind in "OUS" else str(dt))

@@ -52,14 +52,10 @@ def interface_differences(original: onnx.ModelProto, fused: onnx.ModelProto) -> 
     return out
 
 
-def _our_nodes(m: onnx.ModelProto) -> int:
-    n = sum(1 for _, g in iter_graphs(m) for node in g.node if node.domain == contract.DOMAIN)
-    return n + sum(1 for f in m.functions for node in f.node if node.domain == contract.DOMAIN)
-
-
 def custom_ops_gone(m: onnx.ModelProto) -> str | None:
     """A warning when the model imports ai.gelu_onnx but no node uses it."""
-    if not any(o.domain == contract.DOMAIN for o in m.opset_import) or _our_nodes(m):
+    if not any(o.domain == contract.DOMAIN for o in m.opset_import) or any(
+            n.domain == contract.DOMAIN for g in [*(g for _, g in iter_graphs(m)), *m.functions] for n in g.node):
         return None
     return (f"the model imports the {contract.DOMAIN} opset but has none of its ops: it was fused for the custom "
             "target and another optimizer has inlined the functions, so the gelu-onnx kernels and the TensorRT "

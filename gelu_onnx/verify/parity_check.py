@@ -66,19 +66,15 @@ class CheckReport:
 
 def provider_problem(provider: str) -> str | None:
     """Why this provider cannot run here (None: it can)."""
-    if provider == "cpu":
-        return None
-    if provider == "cuda":
-        try:
-            runners.ort_providers("cuda")
-        except UnsupportedError as e:
-            return e.message
-        return None
     if provider == "tensorrt":
         if importlib.util.find_spec("tensorrt") is None:
             return "--provider tensorrt needs TensorRT's Python package (tensorrt), which is not installed"
         return None
-    return f"unknown provider '{provider}' (choose from {', '.join(runners.PROVIDERS)})"
+    try:  # an unknown provider: InputError (exit 2), before any unsupported one
+        runners.ort_providers(provider)
+    except UnsupportedError as e:
+        return e.message
+    return None
 
 
 def tf32_note(tf32: bool) -> str:
@@ -165,18 +161,12 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     fused model runs, each compared with the reference; the original runs on
     ``reference_provider`` (default: the first provider). ``localize_gelus``:
     True (or "gelus") also compares every GELU tensor of the original's main
-    graph, "all" every float tensor both graphs compute. ``provider``: one
-    provider, instead of ``providers``. ``tolerances`` ({dtype: {rtol,
-    atol}}) / ``output_tolerances`` ({name: {rtol, atol}}): judge those
-    outputs by that fixed bound instead of the reference-relative verdict.
-    ``tf32``: let CUDA sessions multiply in TF32 (off by default).
-    ``custom_op_libraries``: more custom-op libraries every ONNX Runtime
-    session registers. ``input_shapes`` ({input: [dims]}, Polygraphy's
-    --input-shapes): the shapes of the random inputs (sets their named dims). ``progress(step, seconds)``: called as each step
-    starts (seconds None) and ends.
+    graph, "all" every float tensor both graphs compute. ``tolerances``
+    ({dtype: {rtol, atol}}) / ``output_tolerances`` ({name: {rtol, atol}}):
+    judge those outputs by that fixed bound instead of the reference-relative
+    verdict. ``input_shapes``: Polygraphy's --input-shapes ({input: [dims]}).
 
-    One session at a time, each released before the next is built (the
-    original, the precise reference, the fused model per provider); what is
+    One session at a time, each released before the next is built: what is
     kept between them is their outputs, and the models without their weights."""
     providers = list(dict.fromkeys([provider] if provider is not None else providers)) or ["cpu"]
     reference_provider = reference_provider or providers[0]
@@ -189,10 +179,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         raise InputError("--localize needs ORIGINAL.onnx: the tensors are compared with the original's")
     if iterations is not None and iterations < 1:
         raise InputError(f"--iterations must be >= 1, got {iterations}")
-    bad = [m for m in (provider_problem(p) for p in providers + [reference_provider]) if m]
-    for m in bad:
-        if m.startswith("unknown provider"):
-            raise InputError(m)
+    bad = [m for m in [provider_problem(p) for p in providers + [reference_provider]] if m]
     if bad:
         raise UnsupportedError("; ".join(dict.fromkeys(bad)))
     libs = runners.custom_op_libraries(custom_op_libraries)
@@ -200,12 +187,11 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     with step("load the models"):
         lo = runners.load_lean(original) if original is not None else None
         lf = runners.load_lean(fused)
-    for m in (lo, lf):  # our library would run our kernel in place of such a function's body
-        if m is not None:
-            refuse_foreign_functions(m.model)
-    _check_save_paths({"--save-inputs": save_inputs, "--save-outputs": save_outputs},
-                      [m for m in (lo, lf) if m is not None], [x for x in (inputs, reference_outputs)
-                                                               if isinstance(x, (str, os.PathLike))])
+    models = [m for m in (lo, lf) if m is not None]
+    for m in models:  # our library would run our kernel in place of such a function's body
+        refuse_foreign_functions(m.model)
+    _check_save_paths({"--save-inputs": save_inputs, "--save-outputs": save_outputs}, models,
+                      [x for x in (inputs, reference_outputs) if isinstance(x, (str, os.PathLike))])
     if input_shapes:
         dims = pairing.shape_dims((lo or lf).model, input_shapes, dims)
     feeds_its, source, seed = feeds_for(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
@@ -254,14 +240,11 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                     raise
                 raise InputError(f"the original model fails on the generated inputs, before anything is compared "
                                  f"({e.message}); pass inputs it accepts with --inputs FILE") from None
-        for out in outs:
-            mo, go = localize.split(out, sites, model_outputs)
-            ref_gelus.append(go)
-            if reference_outputs is None:
-                ref_its.append(mo)
+        split = [localize.split(out, sites, model_outputs) for out in outs]
+        ref_gelus = [go for _, go in split]
         if reference_outputs is None:
-            ref_times = times
-        del outs
+            ref_its, ref_times = [mo for mo, _ in split], times
+        del outs, split
     # the precise run that judges both (not with golden outputs: no original run to judge)
     precise, precise_its, precise_gelus = None, [], []
     every_fixed = set(contract.PARITY_TOLERANCE) <= set(tolerances or {})  # --rtol/--atol for all dtypes

@@ -119,8 +119,7 @@ class Rule:
                 tallies.setdefault(name, Tally()).add(r, o, f)
 
     def apply(self, row, tallies: dict):
-        """``row`` (a parity_check.OutputStats) judged by the verdict when it
-        has a tally; its fixed-bound fields are cleared then."""
+        """``row`` (a comparator.OutputParity) judged by the verdict when it has a tally."""
         if row.dtype not in EPS:
             row.verdict = "exact"
             return row
@@ -173,6 +172,5 @@ def golden_note(rows) -> str:
     return ("golden outputs are judged by a fixed bound, |golden - fused| <= atol + rtol * |golden| (" + bounds
             + "), not by the reference verdict: a fixed bound cannot tell a model's own rounding from a wrong GELU "
             "(it fails correct deep fp16 fusions, and passes a wrong GELU whose error stays below it). For the "
-            "reference verdict, give the original "
-            "model instead of the golden outputs: gelu-onnx check ORIGINAL.onnx FUSED.onnx --inputs INPUTS "
-            "(docs/verdict.md)")
+            "reference verdict, give the original model instead of the golden outputs: gelu-onnx check "
+            "ORIGINAL.onnx FUSED.onnx --inputs INPUTS (docs/verdict.md)")
