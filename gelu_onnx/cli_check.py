@@ -41,9 +41,8 @@ def cmd_check(args) -> int:
         print(f"gelu-onnx: warning: {w}", file=sys.stderr)
     if args.json:
         emit_json(rep.to_dict())
-        return _verdict(rep)
-    golden = args.reference_outputs if original is None or args.reference_outputs else None
-    print(checktext.report_text(rep, verbose=getattr(args, "verbose", False), golden=golden))
+    else:
+        print(checktext.report_text(rep, verbose=getattr(args, "verbose", False), golden=args.reference_outputs))
     return _verdict(rep)
 
 

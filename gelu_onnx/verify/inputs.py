@@ -160,7 +160,7 @@ def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
                     todo.extend(o for o in n.output if o)
                 f = funcs.get((n.domain, n.op_type))
                 if f is not None and depth < 8:
-                    binding = {formal: actual for formal, actual in zip(f.input, n.input)}
+                    binding = dict(zip(f.input, n.input))
                     inner = _Scope([*f.node, *(k for x in _graphs(f.node) for k in x.node)],
                                    outer=lambda name, s=scope, b=binding: s.table_dims(b[name]) if name in b else None)
                     for formal, actual in binding.items():
@@ -168,12 +168,8 @@ def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
                             highs += highs_from(inner, formal, depth + 1)
         return highs
 
-    out = {}
-    for name in names:
-        highs = highs_from(main, name, 0)
-        if highs:
-            out[name] = min(highs)
-    return out
+    highs = {name: highs_from(main, name, 0) for name in names}
+    return {name: min(h) for name, h in highs.items() if h}
 
 
 # Random feeds beyond this many values (about 2 GB of float32) are refused:

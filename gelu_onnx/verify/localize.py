@@ -157,7 +157,6 @@ def fusion_record(site: Site, row) -> dict:
     if row is None:
         rec["message"] = "the fused model has no tensor of this name (the GELU's output was renamed or removed)"
         return rec
-    d = {k: v for k, v in vars(row).items() if not k.startswith("_") and k not in ("name", "passed")}
-    rec.update(d)
+    rec.update({k: v for k, v in vars(row).items() if not k.startswith("_") and k not in ("name", "passed")})
     rec["pass"] = bool(row.passed)
     return rec

@@ -104,9 +104,8 @@ def feeds_for(original, fused_model, *, inputs, iterations, seed, dims, dim_defa
     """(feeds per iteration, their source as the report says it, the seed or None): random, given or from a file."""
     model = original.model if original is not None else fused_model
     if inputs is None:
-        n = iterations or 1
         return [make_inputs(model, seed=seed + i, overrides=dims, dim_default=dim_default, scale=scale)
-                for i in range(n)], "random", seed
+                for i in range(iterations or 1)], "random", seed
     if isinstance(inputs, Mapping):
         its, source = [dict(inputs)], "given"
     elif isinstance(inputs, (list, tuple)):
@@ -197,8 +196,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     feeds_its, source, seed = feeds_for(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
     problems, notes, warnings = [], check_feeds(feeds_its), []
-    gone = pairing.custom_ops_gone(lf.model)
-    if gone and not libs:
+    if not libs and (gone := pairing.custom_ops_gone(lf.model)):
         warnings.append(gone)
     need_f = {s.name for s in input_specs(lf.model)}
     missing = sorted(need_f - set(feeds_its[0]))
@@ -206,10 +204,9 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         had = ("the inputs do not hold" if inputs is not None else "the original does not have" if lo is not None
                else "the inputs file does not hold")
         raise InputError(f"the fused model needs input(s) {had}: {', '.join(missing)}")
-    if lo is not None:
-        dropped = {s.name for s in input_specs(lo.model)} - need_f
-        if dropped:
-            problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
+    dropped = {s.name for s in input_specs(lo.model)} - need_f if lo is not None else ()
+    if dropped:
+        problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
     use = runners.resolve_library(use_library)
     warnings += runners.library_warnings(lf.model, use, use_library, providers)
     if "tensorrt" in providers + [reference_provider]:

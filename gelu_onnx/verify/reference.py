@@ -97,13 +97,10 @@ def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
 
     def body(ns, islands: dict) -> None:
         for n in ns:
+            for _, sg in subgraphs(n):
+                graph(sg, {})
             for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    graph(a.g, {})
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for sg in a.graphs:
-                        graph(sg, {})
-                elif a.type == onnx.AttributeProto.TENSOR:
+                if a.type == onnx.AttributeProto.TENSOR:
                     tensor(a.t)
                 elif a.type == onnx.AttributeProto.INT and a.i in src and (
                         (n.op_type == "Cast" and a.name == "to") or _DTYPE_ATTR.get(n.op_type) == a.name):
@@ -198,8 +195,7 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
     ``dtype`` is 'none' (the check falls back to fixed bounds).
     ``make_runner(model)``: a CPU runner at optimization level 'disable'."""
     types = _float_types(loaded.model)
-    notes: list[str] = []
-    failed: list[str] = []
+    notes, failed = [], []
     half = bool(types & {TensorProto.FLOAT16, TensorProto.BFLOAT16})
     sk = sk32 = None
 

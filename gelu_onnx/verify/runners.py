@@ -158,14 +158,9 @@ def _load_failure(src: ModelSource, e: BaseException):
 
 
 def _to_ort_values(feeds):
-    ort = _ort()
-    out = {}
-    for k, v in feeds.items():
-        if is_bf16(v):
-            out[k] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(v).view(np.uint16), TensorProto.BFLOAT16)
-        else:
-            out[k] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
-    return out
+    ov = _ort().OrtValue
+    return {k: ov.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(v).view(np.uint16), TensorProto.BFLOAT16)
+            if is_bf16(v) else ov.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
 
 
 def _ortvalue_to_numpy(v) -> np.ndarray:
