@@ -86,8 +86,7 @@ def progress(args, command: str):
 def tolerances(args) -> tuple[dict, dict]:
     """({dtype: {rtol, atol}}, {output name: {rtol, atol}}) from --rtol/--atol
     (VALUE, DTYPE=VALUE, NAME:VALUE) and --tol NAME:RTOL,ATOL (which wins)."""
-    by_dtype: dict = {}
-    by_name: dict = {}
+    by_dtype, by_name = {}, {}
     for key, given in (("rtol", args.rtol), ("atol", args.atol)):
         for kind, what, v in given or []:
             if kind == "name":

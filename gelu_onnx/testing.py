@@ -5,10 +5,9 @@
     def test_fused_model_keeps_parity():
         assert_parity("bert.onnx", "bert.fused.onnx", input_shapes={"input_ids": [1, 128]})
 
-``assert_parity`` runs ``gelu_onnx.check`` with the given options and raises
-AssertionError whose message is the report `gelu-onnx check` prints (the
-table of outputs, problems, notes, the verdict line); on success it returns
-the CheckReport.
+``assert_parity`` runs ``gelu_onnx.check`` with the given options; it raises
+AssertionError with the report `gelu-onnx check` prints (outputs, problems,
+notes, the verdict line), or returns the CheckReport.
 """
 from __future__ import annotations
 

@@ -85,13 +85,7 @@ def machine_info(threads: int) -> dict:
             "platform": platform.platform()}
 
 
-def versions() -> dict:
-    return {"gelu_onnx": __version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
-            "numpy": np.__version__, "python": platform.python_version()}
-
-
-# Timed runs per session per round of _time_pair.
-BLOCK = 3
+BLOCK = 3  # timed runs per session per round of _time_pair
 MIN_TIMED = 3  # timed runs of each session, whatever the time budget
 MAX_SECONDS = 20.0  # default budget of warmup + timing, all levels together
 
@@ -207,4 +201,6 @@ def bench(original, fused=None, *, target: str = DEFAULT_TARGET, opt_levels=DEFA
         original=runners.model_label(original), target=target, fusions=nfus, provider=provider, library=use,
         fused=runners.model_label(fused) if fused is not None else f"<fused in memory, target {target}>",
         threads=threads, warmup=warmup, repeats=repeats, max_seconds=max_seconds, inputs=describe_inputs(feeds, src),
-        results=results, machine=machine_info(threads), versions=versions(), warnings=warnings, notes=notes)
+        results=results, machine=machine_info(threads), warnings=warnings, notes=notes,
+        versions={"gelu_onnx": __version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
+                  "numpy": np.__version__, "python": platform.python_version()})

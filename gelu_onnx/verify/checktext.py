@@ -22,8 +22,7 @@ LOCALIZED_SHOWN = 10  # --localize rows in the default view (failures first)
 
 
 def report_text(rep, verbose: bool = False, golden: str | None = None) -> str:
-    """Every line of the report; ``golden``: the golden-outputs file when the
-    reference is one."""
+    """Every line of the report; ``golden``: the golden-outputs file, when the reference is one."""
     out = []
     ref = f"golden outputs {golden}" if golden else rep.original
     where = ", ".join(rep.providers)
@@ -79,9 +78,7 @@ def _ulp(r, verbose: bool) -> str:
 
 
 def _judged(r) -> str:
-    if r.verdict == "reference":
-        return "reference"
-    return "exact" if r.verdict == "exact" else f"rtol={fmt(r.rtol)},atol={fmt(r.atol)}"
+    return r.verdict if r.verdict in ("reference", "exact") else f"rtol={fmt(r.rtol)},atol={fmt(r.atol)}"
 
 
 def _pair(mean, mx) -> str:
@@ -97,7 +94,7 @@ def _rows(rows, verbose: bool) -> str:
         return table(cells, ["output", "dtype", "shape", "max_abs", "mean_abs", "p99_abs", "max_ulp", "judged by",
                              "fused-ref mean/max", "original-ref mean/max", "result"])
     cells = [[clip(r.name, NAME_WIDTH), r.dtype, clip(str(r.shape), SHAPE_WIDTH), fmt(r.max_abs), fmt(r.mean_abs),
-              _ulp(r, False), "reference" if r.verdict == "reference" else r.verdict,
+              _ulp(r, False), r.verdict,
               "PASS" if r.passed else "FAIL"] for r in rows]
     return table(cells, ["output", "dtype", "shape", "max_abs", "mean_abs", "max_ulp", "judged", "result"])
 

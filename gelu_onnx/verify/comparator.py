@@ -137,10 +137,6 @@ def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[s
     return rows
 
 
-_MAXIMA = ("max_abs", "max_rel", "max_ulp")
-_COUNTS = ("mismatched", "nonfinite_mismatched", "elements", "compared", "same_infinity")
-
-
 def keep(row: OutputParity, diff: np.ndarray) -> OutputParity:
     """Attach a row's finite absolute errors (for a later merge) and their statistics."""
     d = np.asarray(diff, np.float32).ravel()
@@ -156,9 +152,9 @@ def merge(rows: Sequence[OutputParity]) -> OutputParity:
     if len(rows) == 1:
         return rows[0]
     out = copy.copy(rows[0])
-    for k in _MAXIMA:
+    for k in ("max_abs", "max_rel", "max_ulp"):
         setattr(out, k, max((getattr(r, k) for r in rows if getattr(r, k) is not None), default=None))
-    for k in _COUNTS:
+    for k in ("mismatched", "nonfinite_mismatched", "elements", "compared", "same_infinity"):
         setattr(out, k, sum(getattr(r, k) for r in rows))
     keep(out, np.concatenate([r.__dict__.get("_abs", np.empty(0, np.float32)) for r in rows]))
     out.passed = all(r.passed for r in rows)

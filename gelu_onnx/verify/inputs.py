@@ -118,8 +118,7 @@ class _Scope:
                         self.dims[n.output[0]] = list(a.t.dims)
 
     def table_dims(self, name: str, depth: int = 0) -> list | None:
-        """Dims of a table: a constant, or a constant through Cast /
-        DequantizeLinear / Identity (fp16 and quantized embeddings)."""
+        """Dims of a constant table, also through Cast / DequantizeLinear / Identity (fp16, quantized)."""
         if name in self.dims:
             return self.dims[name]
         n = self.producer.get(name)
@@ -203,8 +202,7 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, overrides: Mapping[str, i
             raise InputError(f"--dim {k}={v}: a dimension must be an integer >= 0")
     rng = np.random.default_rng(seed)
     id_highs = _id_highs(model, [s.name for s in specs if s.elem_type not in contract.FLOAT_DTYPES])
-    feeds = {}
-    total = 0
+    feeds, total = {}, 0
     for s in specs:
         shape = tuple(d if isinstance(d, int) else overrides.get(d, dim_default) if isinstance(d, str)
                       else dim_default for d in s.dims)

@@ -20,8 +20,7 @@ from ..onnxio.walk import subgraphs
 from .localize import with_outputs
 
 _FLOATS = set(contract.FLOAT_DTYPES)
-# ONNX Runtime's type names ('tensor(float)' -> 'float') to ONNX elem types
-_ORT_TYPES = {name.lower(): v for name, v in TensorProto.DataType.items()}
+_ORT_TYPES = {name.lower(): v for name, v in TensorProto.DataType.items()}  # ORT's 'tensor(float)': 'float'
 _ALL_FLOAT = {"Conv", "ConvTranspose", "InstanceNormalization", "BatchNormalization", "GroupNormalization",
               "LayerNormalization", "Gemm", "MatMul"}
 
@@ -64,8 +63,7 @@ def _session(model: onnx.ModelProto, make_runner):
 
 
 def tensor_types(skeleton: onnx.ModelProto, make_runner) -> dict[str, int] | None:
-    """Every main-graph tensor's elem type as ONNX Runtime infers it on
-    ``skeleton`` (without the weights, 16-bit floats made float32); None when it does not build."""
+    """Every main-graph tensor's elem type as ONNX Runtime infers it on ``skeleton`` (None: it does not build)."""
     r = _session(with_outputs(skeleton, [(o, 0) for n in skeleton.graph.node for o in n.output if o]), make_runner)
     sess = getattr(r, "sess", None)
     if sess is None:
@@ -114,8 +112,7 @@ class _Prober:
         return next((c for c in candidates if self.builds(node, at(c, ins), at(c, outs))), None)
 
     def by_op_type(self, n, to: int, candidates, p: Plan) -> None:
-        """A node without known types: one-input and all-float ops, probed
-        with every input and output float."""
+        """A node without known types: one-input and all-float ops, probed all float."""
         key = (n.domain, n.op_type)
         if key in p.op_types or key in self.funcs or any(subgraphs(n)) or not (
                 len(n.input) == 1 or n.op_type in _ALL_FLOAT):

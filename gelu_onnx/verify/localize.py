@@ -100,14 +100,9 @@ def expose(original, fused, every_tensor: bool = False) -> Exposed:
     order = {o: i for i, n in enumerate(og.node) for o in n.output}
     main.sort(key=lambda f: order.get(f["root"], len(order)))
     produced = {o: (f"{n.domain}.{n.op_type}" if n.domain else n.op_type) for n in fg.node for o in n.output}
-    sites, o_out, f_out = [], [], []
-    for f in main:
-        et = _elem_type(og, f["root"])
-        s = Site(f["root"], f, _summary(f), f["root"] in produced, produced.get(f["root"]))
-        sites.append(s)
-        o_out.append((s.tensor, et))
-        if s.in_fused:
-            f_out.append((s.tensor, _elem_type(fg, s.tensor)))
+    sites = [Site(f["root"], f, _summary(f), f["root"] in produced, produced.get(f["root"])) for f in main]
+    o_out = [(s.tensor, _elem_type(og, s.tensor)) for s in sites]
+    f_out = [(s.tensor, _elem_type(fg, s.tensor)) for s in sites if s.in_fused]
     return Exposed(with_outputs(original.model, o_out), with_outputs(fused.model, f_out), sites, notes)
 
 

@@ -67,9 +67,8 @@ class CheckReport:
 def provider_problem(provider: str) -> str | None:
     """Why this provider cannot run here (None: it can)."""
     if provider == "tensorrt":
-        if importlib.util.find_spec("tensorrt") is None:
-            return "--provider tensorrt needs TensorRT's Python package (tensorrt), which is not installed"
-        return None
+        return None if importlib.util.find_spec("tensorrt") else (
+            "--provider tensorrt needs TensorRT's Python package (tensorrt), which is not installed")
     try:  # an unknown provider: InputError (exit 2), before any unsupported one
         runners.ort_providers(provider)
     except UnsupportedError as e:
@@ -86,8 +85,7 @@ def tf32_note(tf32: bool) -> str:
 
 
 class Steps:
-    """The check's steps, each reported to ``progress(step, seconds)``: at its
-    start (seconds None) and at its end."""
+    """The check's steps, each reported to ``progress(step, seconds)`` at its start (seconds None) and end."""
 
     def __init__(self, progress):
         self.progress = progress or (lambda step, seconds: None)
@@ -121,10 +119,8 @@ def feeds_for(original, fused_model, *, inputs, iterations, seed, dims, dim_defa
 
 
 def _check_save_paths(saves: Mapping[str, Any], models, files) -> None:
-    """Before anything runs: a save path is never a file this check reads (the
-    models, their data files, the inputs / golden files), nor a device or
-    FIFO, nor the other save path, nor an existing file of another kind than
-    the .npz / JSON a save writes."""
+    """Before anything runs: a save path is never a file this check reads, nor a device or FIFO, nor
+    the other save path, nor an existing file of another kind than the .npz / JSON a save writes."""
     read = [m.path for m in models if m.path] + [f for m in models for f in m.external_files] + list(files)
     taken: dict[str, str] = {}
     for flag, path in saves.items():
@@ -307,8 +303,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
 
 
 def _rows(refs, gots, precise, judged, tolerances, output_tolerances) -> list[cmp.OutputParity]:
-    """One row per tensor over every iteration (``refs``, ``gots``, ``precise``: per iteration {name: array}),
-    judged by the verdict (``judged``) or its fixed bound, then certified."""
+    """One row per tensor over every iteration, judged by the verdict (``judged``) or its fixed bound, certified."""
     per_it = [cmp.compare(r, g, tolerances, output_tolerances) for r, g in zip(refs, gots)]
     rows = [cmp.merge([it[j] for it in per_it]) for j in range(len(per_it[0]))]
     if judged is not None:

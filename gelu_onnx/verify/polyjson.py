@@ -112,8 +112,7 @@ def read_inputs(path, what: str, new_expect: Callable, allow_pickle: bool) -> li
 
 
 def read_first_run(path, what: str, expect, allow_pickle: bool) -> Run:
-    """(runner name, [{output name: array} per iteration]) of a RunResults
-    file's first runner (the others are not decoded)."""
+    """(runner name, [{output name: array} per iteration]) of a RunResults file's first runner only."""
     doc = _load(path, what)
     if _type_of(doc) != "RunResults" or not isinstance(doc.get("lst"), list):
         hint = " (that is a saved-inputs file; golden outputs come from --save-outputs)" if isinstance(doc, list) else ""
@@ -131,9 +130,6 @@ def read_first_run(path, what: str, expect, allow_pickle: bool) -> Run:
         its.append({str(k): _array(v, f"{what} ({runner}, iteration {i})", str(k), expect, allow_pickle)
                     for k, v in outs.items()})
     return runner, its
-
-
-# --- writing -------------------------------------------------------------------
 
 
 def _encode(a: np.ndarray) -> dict:

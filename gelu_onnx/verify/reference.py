@@ -144,8 +144,7 @@ def _constant_floats(n: onnx.NodeProto, np_to) -> None:
 
 
 def _islands(ns, islands: dict, to: int) -> None:
-    """Node k of ``islands`` in the node list ``ns`` reads its float inputs Cast to
-    the island's type and writes its float outputs through a Cast back to ``to``."""
+    """Node k of ``islands`` reads its float inputs Cast to its type, writes its outputs Cast back to ``to``."""
     out = []
     for k, n in enumerate(ns):
         isl = islands.get(k)
@@ -179,8 +178,7 @@ def _float_bytes(model: onnx.ModelProto, to: int) -> int:
 
 
 def why(e: BaseException) -> str:
-    """What a failed copy's error says, in whole words: its first line
-    without ONNX Runtime's status prefix, never cut inside a word."""
+    """A failed copy's error in whole words: its first line without ONNX Runtime's status prefix."""
     line = _ORT_PREFIX.sub("", first_line(e)).strip()
     if len(line) > _WHY_MAX:
         line = line[:_WHY_MAX].rsplit(" ", 1)[0] + " (...)"

@@ -26,8 +26,7 @@ from ..tensorrt import run_tensorrt
 from .arrayfiles import first_line
 from .inputs import is_bf16
 
-# ONNX Runtime can load models larger than this only from a file.
-_PROTO_LIMIT = 2**31 - 1
+_PROTO_LIMIT = 2**31 - 1  # ONNX Runtime loads larger models only from a file
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
            "all": "ORT_ENABLE_ALL"}
 
@@ -42,8 +41,7 @@ def _ort():
 
 
 def custom_op_libraries(paths) -> list[str]:
-    """The absolute paths of more custom-op libraries (--custom-op-library),
-    each an existing regular file; ONNX Runtime says whether it loads."""
+    """The absolute paths of --custom-op-library files (each must exist; ONNX Runtime says whether it loads)."""
     out = []
     for p in paths or ():
         a = os.path.abspath(os.fspath(p))
@@ -222,8 +220,7 @@ class TensorRTRunner:
 
 def runner(model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model", tf32=None,
            libraries=(), lean=False):
-    """The runner for ``provider`` ("cpu", "cuda": ONNX Runtime; "tensorrt");
-    ``tf32``: the CUDA EP's use_tf32 (None: its default)."""
+    """The runner for ``provider``; ``tf32``: the CUDA EP's use_tf32 (None: its default)."""
     if provider == "tensorrt":
         return TensorRTRunner(model, label)
     return OrtRunner(model, provider, use_library, opt_level, threads, label=label, tf32=tf32, libraries=libraries,

@@ -165,8 +165,7 @@ def certify(row):
 
 
 def golden_note(rows) -> str:
-    """What a check against golden outputs (--reference-outputs) must say:
-    its bound is fixed, and how to get the reference verdict instead."""
+    """What a check against golden outputs must say: its bound is fixed; how to get the reference verdict."""
     fixed = sorted({(r.dtype, r.rtol, r.atol) for r in rows if r.verdict == "fixed" and r.rtol is not None})
     bounds = "; ".join(f"{dt}: rtol={rt:g}, atol={at:g}" for dt, rt, at in fixed) or "no float output"
     return ("golden outputs are judged by a fixed bound, |golden - fused| <= atol + rtol * |golden| (" + bounds
