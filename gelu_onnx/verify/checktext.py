@@ -72,9 +72,7 @@ def summary(rep) -> str:
 
 
 def _ulp(r, verbose: bool) -> str:
-    if r.max_ulp is None or (not verbose and r.max_ulp > ULP_SHOWN):
-        return "-"
-    return str(r.max_ulp)
+    return "-" if r.max_ulp is None or (not verbose and r.max_ulp > ULP_SHOWN) else str(r.max_ulp)
 
 
 def _judged(r) -> str:

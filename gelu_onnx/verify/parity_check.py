@@ -218,8 +218,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     run_opts = {"use": use, "tf32": tf32, "libraries": libs}
 
     # the reference, per iteration
-    golden_runner = None
-    ref_its, ref_times, ref_gelus = [], [], []
+    golden_runner, ref_its, ref_times, ref_gelus = None, [], [], []
     if reference_outputs is not None:
         golden_runner, ref_its = _golden(reference_outputs, lf.model, len(feeds_its), allow_pickle, notes)
         model_outputs = list(ref_its[0])
