@@ -13,11 +13,9 @@ from .verify import bench
 
 
 def cmd_bench(args) -> int:
-    require_file(args.original)
-    if args.fused:
-        require_file(args.fused)
-    if args.inputs is not None:
-        require_file(args.inputs)
+    for path in (args.original, args.fused or None, args.inputs):
+        if path is not None:
+            require_file(path)
     levels = [s.strip() for s in args.opt_levels.split(",") if s.strip()]
     with progress(args, "bench") as step:
         runs = [0]

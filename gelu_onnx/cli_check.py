@@ -3,6 +3,7 @@ gelu_onnx.verify.parity_check.check, the text gelu_onnx.verify.checktext;
 its arguments: cli.py). Imported by that command only."""
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from tqdm import tqdm
@@ -40,9 +41,8 @@ def cmd_check(args) -> int:
         print(f"gelu-onnx: warning: {w}", file=sys.stderr)
     if args.json:
         emit_json(rep.to_dict())
-        return _verdict(rep)
-    golden = args.reference_outputs if original is None or args.reference_outputs else None
-    print(checktext.report_text(rep, verbose=getattr(args, "verbose", False), golden=golden))
+    else:
+        print(checktext.report_text(rep, verbose=getattr(args, "verbose", False), golden=args.reference_outputs))
     return _verdict(rep)
 
 
@@ -59,39 +59,34 @@ def _verdict(rep) -> int:
     return 1
 
 
-class progress:
+@contextlib.contextmanager
+def progress(args, command: str):
     """``progress(step, seconds)`` for check/bench: with -v one stderr line per
     finished step; else, on a terminal (stderr isatty) and without -q, a tqdm
     line naming the running step; else nothing."""
+    verbose = getattr(args, "verbose", False)
+    bar = None
+    if not verbose and not getattr(args, "quiet", False) and sys.stderr.isatty():
+        bar = tqdm(desc=command, unit="step", file=sys.stderr, leave=False, bar_format="{desc} [{elapsed}]")
 
-    def __init__(self, args, command: str):
-        self.command = command
-        self.verbose = getattr(args, "verbose", False)
-        self.bar = None
-        if not self.verbose and not getattr(args, "quiet", False) and sys.stderr.isatty():
-            self.bar = tqdm(desc=command, unit="step", file=sys.stderr, leave=False,
-                            bar_format="{desc} [{elapsed}]")
+    def step(name: str, seconds: float | None) -> None:
+        if verbose and seconds is not None:
+            print(f"gelu-onnx {command}: {name}: {seconds:.1f} s", file=sys.stderr, flush=True)
+        elif bar is not None:
+            bar.set_description_str(f"{command}: {name}" + (" (done)" if seconds is not None else ""))
+            bar.refresh()
 
-    def __call__(self, step: str, seconds: float | None) -> None:
-        if self.verbose and seconds is not None:
-            print(f"gelu-onnx {self.command}: {step}: {seconds:.1f} s", file=sys.stderr, flush=True)
-        elif self.bar is not None:
-            self.bar.set_description_str(f"{self.command}: {step}" + (" (done)" if seconds is not None else ""))
-            self.bar.refresh()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    try:
+        yield step
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def tolerances(args) -> tuple[dict, dict]:
     """({dtype: {rtol, atol}}, {output name: {rtol, atol}}) from --rtol/--atol
     (VALUE, DTYPE=VALUE, NAME:VALUE) and --tol NAME:RTOL,ATOL (which wins)."""
-    by_dtype: dict = {}
-    by_name: dict = {}
+    by_dtype, by_name = {}, {}
     for key, given in (("rtol", args.rtol), ("atol", args.atol)):
         for kind, what, v in given or []:
             if kind == "name":

@@ -5,10 +5,9 @@
     def test_fused_model_keeps_parity():
         assert_parity("bert.onnx", "bert.fused.onnx", input_shapes={"input_ids": [1, 128]})
 
-``assert_parity`` runs ``gelu_onnx.check`` with the given options and raises
-AssertionError whose message is the report `gelu-onnx check` prints (the
-table of outputs, problems, notes, the verdict line); on success it returns
-the CheckReport.
+``assert_parity`` runs ``gelu_onnx.check`` with the given options; it raises
+AssertionError with the report `gelu-onnx check` prints (outputs, problems,
+notes, the verdict line), or returns the CheckReport.
 """
 from __future__ import annotations
 
@@ -19,9 +18,7 @@ __all__ = ["assert_parity"]
 
 
 def assert_parity(original, fused, **check_options) -> CheckReport:
-    """``gelu_onnx.check(original, fused, **check_options)``; AssertionError
-    with the report's text when it fails. Bad input raises as check does
-    (gelu_onnx.errors: ValueError / NotImplementedError subclasses)."""
+    """Bad input raises as check does (gelu_onnx.errors: ValueError / NotImplementedError subclasses)."""
     rep = check(original, fused, **check_options)
     if not rep.ok:
         raise AssertionError("parity check failed\n" + report_text(rep))

@@ -18,6 +18,6 @@ def fmt(x, spec=".3g") -> str:
     return format(x, spec) if isinstance(x, float) else str(x)
 
 
-def clip(s: str, width: int) -> str:
-    """``s`` cut to ``width`` characters, the cut marked with '~' (keeps its end: names differ there)."""
-    return s if len(s) <= width else "~" + s[len(s) - width + 1:]
+def clip(s: str, width: int | None) -> str:
+    """``s`` cut to ``width`` characters (None: whole), the cut marked with '~' (keeps its end: names differ there)."""
+    return s if width is None or len(s) <= width else "~" + s[len(s) - width + 1:]

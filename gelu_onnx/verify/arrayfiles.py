@@ -12,6 +12,7 @@ pickle can run any code on load.
 from __future__ import annotations
 
 import io
+import math
 import zipfile
 from dataclasses import dataclass
 from typing import IO, Callable
@@ -43,10 +44,7 @@ class Header:
 
     @property
     def nbytes(self) -> int:
-        n = self.dtype.itemsize
-        for d in self.shape:
-            n *= d
-        return n
+        return self.dtype.itemsize * math.prod(self.shape)
 
 
 def read_header(fp: IO[bytes], what: str) -> Header:
@@ -81,14 +79,12 @@ def _build(h: Header, buf: bytearray | bytes, what: str) -> np.ndarray:
     return a.reshape(h.shape, order="F" if h.fortran else "C")
 
 
-def decode_npy(data: bytes, what: str, expect: Expect | None = None, name: str = "",
-               allow_pickle: bool = False) -> np.ndarray:
+def decode_npy(data: bytes, what: str, expect: Expect, name: str, allow_pickle: bool) -> np.ndarray:
     """An array from complete .npy bytes (e.g. base64-decoded from JSON)."""
     fp = io.BytesIO(data)
     h = read_header(fp, what)
     _check_pickle(h, what, allow_pickle)
-    if expect is not None:
-        expect(name, h.dtype, h.shape)
+    expect(name, h.dtype, h.shape)
     if h.dtype.hasobject:  # allowed by the caller, who was told it is unsafe
         fp.seek(0)
         return np.load(fp, allow_pickle=True)
@@ -96,7 +92,7 @@ def decode_npy(data: bytes, what: str, expect: Expect | None = None, name: str =
     return _build(h, bytearray(memoryview(data)[h.offset:]), what)
 
 
-def read_npz(src, what: str, expect: Expect | None = None, allow_pickle: bool = False,
+def read_npz(src, what: str, expect: Expect, allow_pickle: bool,
              on_names: Callable[[list[str]], None] | None = None) -> dict[str, np.ndarray]:
     """{name: array} from an .npz (path or binary file object), each member's
     header checked by ``expect`` and its size bounded before it is inflated;
@@ -133,8 +129,7 @@ def read_npz(src, what: str, expect: Expect | None = None, allow_pickle: bool = 
             if not h.dtype.hasobject and info.file_size != h.offset + h.nbytes:
                 raise InputError(f"{mwhat}: the header declares {list(h.shape)} {h.dtype} ({h.nbytes} bytes) "
                                  f"but the archive holds {max(info.file_size - h.offset, 0)} data bytes")
-            if expect is not None:
-                expect(name, h.dtype, h.shape)
+            expect(name, h.dtype, h.shape)
             headers[name] = (info, h)
         for name, (info, h) in headers.items():
             mwhat = f"{what}: '{name}'"

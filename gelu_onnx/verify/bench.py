@@ -9,6 +9,7 @@ and timing of each level stop once its share of ``max_seconds`` has passed
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
@@ -71,32 +72,20 @@ class BenchReport:
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
 def machine_info(threads: int) -> dict:
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "usable_cpus": usable, "intra_op_threads": threads,
             "platform": platform.platform()}
 
 
-def versions() -> dict:
-    return {"gelu_onnx": __version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
-            "numpy": np.__version__, "python": platform.python_version()}
-
-
-# Timed runs per session per round of _time_pair.
-BLOCK = 3
+BLOCK = 3  # timed runs per session per round of _time_pair
 MIN_TIMED = 3  # timed runs of each session, whatever the time budget
 MAX_SECONDS = 20.0  # default budget of warmup + timing, all levels together
 
@@ -148,15 +137,12 @@ def bench(original, fused=None, *, target: str = DEFAULT_TARGET, opt_levels=DEFA
           inputs=None, dims=None, dim_default: int = BENCH_DIM_DEFAULT, allow_pickle: bool = False, progress=None,
           max_seconds: float | None = MAX_SECONDS, custom_op_libraries=(), input_shapes=None,
           steps=None) -> BenchReport:
-    """Time ``original`` against ``fused`` (path or ModelProto; None = fuse
-    ``original`` in memory with ``target``). ``fused`` must have the
-    original's interface (InputError otherwise). ``progress(n)`` is called
-    after every n session runs (at most ``runs_per_level`` per optimization
-    level). ``max_seconds``: the budget of warmup + timing, all levels
-    together (None: every run of ``warmup`` and ``repeats``).
-    ``custom_op_libraries``: more custom-op libraries both sessions register.
-    ``input_shapes``: as check's. ``steps(step, seconds)``: called as each
-    step starts (seconds None) and ends."""
+    """Time ``original`` against ``fused`` (path or ModelProto with the
+    original's interface; None = fuse ``original`` in memory with ``target``).
+    ``progress(n)``: after every n session runs (at most ``runs_per_level``
+    per level). ``max_seconds``: the budget of warmup + timing, all levels
+    together (None: every run). ``input_shapes``, ``steps``: as check's
+    ``input_shapes``, ``progress``."""
     step = Steps(steps)
     if threads < 1:
         raise InputError(f"--threads must be >= 1, got {threads}")
@@ -215,4 +201,6 @@ def bench(original, fused=None, *, target: str = DEFAULT_TARGET, opt_levels=DEFA
         original=runners.model_label(original), target=target, fusions=nfus, provider=provider, library=use,
         fused=runners.model_label(fused) if fused is not None else f"<fused in memory, target {target}>",
         threads=threads, warmup=warmup, repeats=repeats, max_seconds=max_seconds, inputs=describe_inputs(feeds, src),
-        results=results, machine=machine_info(threads), versions=versions(), warnings=warnings, notes=notes)
+        results=results, machine=machine_info(threads), warnings=warnings, notes=notes,
+        versions={"gelu_onnx": __version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
+                  "numpy": np.__version__, "python": platform.python_version()})

@@ -22,8 +22,7 @@ LOCALIZED_SHOWN = 10  # --localize rows in the default view (failures first)
 
 
 def report_text(rep, verbose: bool = False, golden: str | None = None) -> str:
-    """Every line of the report; ``golden``: the golden-outputs file when the
-    reference is one."""
+    """Every line of the report; ``golden``: the golden-outputs file, when the reference is one."""
     out = []
     ref = f"golden outputs {golden}" if golden else rep.original
     where = ", ".join(rep.providers)
@@ -73,15 +72,11 @@ def summary(rep) -> str:
 
 
 def _ulp(r, verbose: bool) -> str:
-    if r.max_ulp is None or (not verbose and r.max_ulp > ULP_SHOWN):
-        return "-"
-    return str(r.max_ulp)
+    return "-" if r.max_ulp is None or (not verbose and r.max_ulp > ULP_SHOWN) else str(r.max_ulp)
 
 
 def _judged(r) -> str:
-    if r.verdict == "reference":
-        return "reference"
-    return "exact" if r.verdict == "exact" else f"rtol={fmt(r.rtol)},atol={fmt(r.atol)}"
+    return r.verdict if r.verdict in ("reference", "exact") else f"rtol={fmt(r.rtol)},atol={fmt(r.atol)}"
 
 
 def _pair(mean, mx) -> str:
@@ -97,7 +92,7 @@ def _rows(rows, verbose: bool) -> str:
         return table(cells, ["output", "dtype", "shape", "max_abs", "mean_abs", "p99_abs", "max_ulp", "judged by",
                              "fused-ref mean/max", "original-ref mean/max", "result"])
     cells = [[clip(r.name, NAME_WIDTH), r.dtype, clip(str(r.shape), SHAPE_WIDTH), fmt(r.max_abs), fmt(r.mean_abs),
-              _ulp(r, False), "reference" if r.verdict == "reference" else r.verdict,
+              _ulp(r, False), r.verdict,
               "PASS" if r.passed else "FAIL"] for r in rows]
     return table(cells, ["output", "dtype", "shape", "max_abs", "mean_abs", "max_ulp", "judged", "result"])
 
@@ -121,10 +116,9 @@ def _localized(fusions, first, mode: str, verbose: bool) -> list[str]:
         shown = fusions
     head = "GELU tensor" if mode != "all" else "tensor"
     what = "original GELU (inspect)" if mode != "all" else "written by"
-    w = None if verbose else NAME_WIDTH
-    cells = [[clip(f["tensor"], w) if w else f["tensor"], clip(f["summary"], 34) if w else f["summary"],
-              clip(f["fused_op"] or "-", 22) if w else (f["fused_op"] or "-"), fmt(f.get("max_abs")),
-              "PASS" if f["pass"] else "FAIL"] for f in shown]
+    w = (None, None, None) if verbose else (NAME_WIDTH, 34, 22)
+    cells = [[clip(f["tensor"], w[0]), clip(f["summary"], w[1]), clip(f["fused_op"] or "-", w[2]),
+              fmt(f.get("max_abs")), "PASS" if f["pass"] else "FAIL"] for f in shown]
     out = [table(cells, [head, what, "fused op", "max_abs", "result"])] if cells else []
     if len(shown) < len(fusions):
         failing = sum(not f["pass"] for f in fusions)

@@ -20,13 +20,9 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elementwise distance in units in the last place of a's dtype.
-
-    Counts the representable values between a and b using the IEEE bit
-    patterns (works for float16 / bfloat16 / float32 / float64): same sign ->
-    difference of magnitudes' bits, opposite signs -> their sum (+0 and -0
-    are 0 apart). Only meaningful where both are finite.
-    """
+    """Elementwise distance in units in the last place of a's dtype (float16 / bfloat16 / float32 /
+    float64): the representable values between a and b, from the IEEE bit patterns (+0 and -0 are 0
+    apart). Only meaningful where both are finite."""
     if a.dtype != b.dtype or a.dtype.itemsize not in _UINT or not (a.dtype.kind == "f" or is_bf16(a)):
         raise TypeError(f"ulp_distance needs two arrays of one float dtype, got {a.dtype} and {b.dtype}")
     u = _UINT[a.dtype.itemsize]
@@ -69,28 +65,22 @@ class OutputParity:
     max_bound: float | None = None
 
 
-def tolerance_for(dtype: str, tolerances: Mapping[str, Mapping[str, float]] | None = None) -> dict | None:
-    """{'rtol', 'atol'} for an output dtype (None = exact: non-float outputs)."""
-    base = contract.PARITY_TOLERANCE.get(dtype)
-    if base is None:
-        return None
-    tol = dict(base)
-    tol.update((tolerances or {}).get(dtype, {}))
-    return tol
+def _row(name: str, a: np.ndarray, message: str = "") -> OutputParity:
+    return OutputParity(name=name, dtype=dtype_str(a), shape=list(a.shape), elements=int(a.size), message=message)
 
 
 def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) -> OutputParity:
     ref, got = np.asarray(ref), np.asarray(got)
-    dt = dtype_str(ref)
-    row = OutputParity(name=name, dtype=dt, shape=list(ref.shape), elements=int(ref.size))
+    row = _row(name, ref)
+    dt = row.dtype
     if dtype_str(got) != dt:
         row.message = f"dtype differs: original {dt}, fused {dtype_str(got)}"
         return row
     if ref.shape != got.shape:
         row.message = f"shape differs: original {list(ref.shape)}, fused {list(got.shape)}"
         return row
-    tol = tolerance_for(dt, tolerances)
-    if tol is None:  # integers, bool, strings: must be identical
+    base = contract.PARITY_TOLERANCE.get(dt)
+    if base is None:  # integers, bool, strings: must be identical
         equal = ref == got
         row.mismatched = int(ref.size - np.count_nonzero(equal))
         row.compared = int(ref.size)
@@ -99,6 +89,7 @@ def compare_one(name: str, ref: np.ndarray, got: np.ndarray, tolerances=None) ->
         row.passed = row.mismatched == 0
         row.message = "" if row.passed else f"{row.mismatched} of {ref.size} elements differ (exact match required for {dt})"
         return row
+    tol = {**base, **(tolerances or {}).get(dt, {})}
     row.rtol, row.atol = tol["rtol"], tol["atol"]
     a, b = ref.astype(np.float64), got.astype(np.float64)
     equal = (a == b) | (np.isnan(a) & np.isnan(b))
@@ -133,8 +124,7 @@ def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[s
     for name, ref in original_outputs.items():
         ref = np.asarray(ref)
         if name not in fused_outputs:
-            rows.append(OutputParity(name=name, dtype=dtype_str(ref), shape=list(ref.shape), elements=int(ref.size),
-                                     message="missing from the fused model's outputs"))
+            rows.append(_row(name, ref, "missing from the fused model's outputs"))
             continue
         tol = tolerances
         if (output_tolerances or {}).get(name):
@@ -143,14 +133,8 @@ def compare(original_outputs: Mapping[str, np.ndarray], fused_outputs: Mapping[s
         rows.append(compare_one(name, ref, fused_outputs[name], tol))
     for name, v in fused_outputs.items():
         if name not in original_outputs:
-            v = np.asarray(v)
-            rows.append(OutputParity(name=name, dtype=dtype_str(v), shape=list(v.shape), elements=int(v.size),
-                                     message="output exists only in the fused model"))
+            rows.append(_row(name, np.asarray(v), "output exists only in the fused model"))
     return rows
-
-
-_MAXIMA = ("max_abs", "max_rel", "max_ulp")
-_COUNTS = ("mismatched", "nonfinite_mismatched", "elements", "compared", "same_infinity")
 
 
 def keep(row: OutputParity, diff: np.ndarray) -> OutputParity:
@@ -168,9 +152,9 @@ def merge(rows: Sequence[OutputParity]) -> OutputParity:
     if len(rows) == 1:
         return rows[0]
     out = copy.copy(rows[0])
-    for k in _MAXIMA:
+    for k in ("max_abs", "max_rel", "max_ulp"):
         setattr(out, k, max((getattr(r, k) for r in rows if getattr(r, k) is not None), default=None))
-    for k in _COUNTS:
+    for k in ("mismatched", "nonfinite_mismatched", "elements", "compared", "same_infinity"):
         setattr(out, k, sum(getattr(r, k) for r in rows))
     keep(out, np.concatenate([r.__dict__.get("_abs", np.empty(0, np.float32)) for r in rows]))
     out.passed = all(r.passed for r in rows)

@@ -52,8 +52,8 @@ class _Expect:
             return
         et, dims = spec
         if not _dtype_ok(et, dtype):
-            shown = "bfloat16" if dtype == _BF16 else ("string" if dtype.kind in "OUS" else str(dtype))
-            raise InputError(f"{self.what}: '{name}' is {shown}, the model declares {inputs.dtype_name(et)}")
+            raise InputError(f"{self.what}: '{name}' is {inputs.dtype_str(dtype)}, the model declares "
+                             f"{inputs.dtype_name(et)}")
         if dims is None:
             return
         if len(shape) != len(dims):
@@ -75,9 +75,7 @@ def _dtype_ok(et: int, dtype: np.dtype) -> bool:
         return True
     try:
         return dtype == inputs.np_dtype_of(et)
-    except InputError:
-        raise
-    except Exception:
+    except Exception:  # noqa: BLE001 - a type numpy has no spelling for here
         return False
 
 
@@ -102,16 +100,13 @@ def _need_file(path, what: str) -> None:
         raise InputError(f"{what}: not a regular file")
 
 
-def load_inputs(path, model: onnx.ModelProto, *, allow_pickle: bool = False,
-                what: str | None = None) -> list[dict[str, np.ndarray]]:
-    """Feeds per iteration from an .npz (one) or Polygraphy JSON (one or more).
-
-    Every required input must be present with the declared dtype, rank and
-    fixed dims; one named dim has one size across an iteration's inputs;
-    names that are not graph inputs are refused (a typo would otherwise fall
-    back silently). bfloat16 may be stored as ml_dtypes.bfloat16 ('V2') or as
-    uint16 bit patterns."""
-    what = what or f"--inputs {path}"
+def load_inputs(path, model: onnx.ModelProto, *, allow_pickle: bool = False) -> list[dict[str, np.ndarray]]:
+    """Feeds per iteration from an .npz (one) or Polygraphy JSON (one or more):
+    every required input with the declared dtype, rank and fixed dims; one
+    named dim one size across an iteration's inputs; names that are not graph
+    inputs refused (a typo would otherwise fall back silently). bfloat16 may
+    be stored as ml_dtypes.bfloat16 ('V2') or as uint16 bit patterns."""
+    what = f"--inputs {path}"
     _need_file(path, what)
     specs = {s.name: (s.elem_type, s.dims) for s in inputs.input_specs(model)}
     known = {vi.name for vi in model.graph.input}
@@ -132,9 +127,7 @@ def load_inputs(path, model: onnx.ModelProto, *, allow_pickle: bool = False,
 
 
 def load_npz(path, model: onnx.ModelProto, allow_pickle: bool = False) -> dict[str, np.ndarray]:
-    """Feeds from a user's .npz (or Polygraphy JSON: its first iteration),
-    validated against the model's declared inputs before any array is
-    inflated (see load_inputs)."""
+    """load_inputs' first iteration."""
     return load_inputs(path, model, allow_pickle=allow_pickle)[0]
 
 
@@ -143,15 +136,13 @@ def _is_npy(path) -> bool:
         return f.read(6) == b"\x93NUMPY"
 
 
-def load_reference_outputs(path, model: onnx.ModelProto, *, allow_pickle: bool = False,
-                           what: str | None = None) -> tuple[str, list[dict[str, np.ndarray]]]:
-    """(runner name, outputs per iteration) from a Polygraphy RunResults file.
-
-    The first runner's results are the reference (``polygraphy run ORIG
-    --onnxrt --save-outputs`` has one). Outputs the model declares are checked
-    for dtype, rank and fixed dims before they are decoded; others are kept
-    (the comparison reports them as missing from the model)."""
-    what = what or f"--reference-outputs {path}"
+def load_reference_outputs(path, model: onnx.ModelProto, *,
+                           allow_pickle: bool = False) -> tuple[str, list[dict[str, np.ndarray]]]:
+    """(runner name, outputs per iteration) of a Polygraphy RunResults file's
+    first runner (``polygraphy run ORIG --onnxrt --save-outputs`` has one).
+    Outputs the model declares are checked before they are decoded; others
+    are kept (the comparison reports them as missing from the model)."""
+    what = f"--reference-outputs {path}"
     _need_file(path, what)
     if not polyjson.is_json(path):
         raise InputError(f"{what}: not a Polygraphy RunResults JSON file (polygraphy run --save-outputs writes one)")
@@ -162,16 +153,14 @@ def load_reference_outputs(path, model: onnx.ModelProto, *, allow_pickle: bool =
             if tt.elem_type:
                 specs[vi.name] = (tt.elem_type, inputs.declared_dims(tt))
                 types[vi.name] = tt.elem_type
-    runs = polyjson.read_run_results(path, what, _Expect(what, specs, None, []), allow_pickle, limit=1)
-    runner, iterations = runs[0]
+    runner, iterations = polyjson.read_first_run(path, what, _Expect(what, specs, None, []), allow_pickle)
     return runner, [{k: _finish(v, types.get(k)) for k, v in it.items()} for it in iterations]
 
 
 def _write_atomic(path, what: str, write) -> None:
     """``write(binary file)`` to a temp file in the target folder, renamed over
     ``path`` last: a failure or a signal leaves what was there and no temp
-    file. OS refusals are one line. ``path`` is already resolved and checked
-    (parity_check checks every save path before anything runs)."""
+    file (parity_check checked every save path before anything ran)."""
     try:
         _, out, _ = check_output_path(path, replaceable=is_array_file)
     except InputError as e:
@@ -216,9 +205,9 @@ def _write_json(doc, path, what: str) -> None:
     _write_atomic(path, what, lambda f: f.write(json.dumps(doc, indent=4).encode()))
 
 
-def save_npz(feeds: Mapping[str, np.ndarray], path, what: str = "--save-inputs") -> None:
+def save_npz(feeds: Mapping[str, np.ndarray], path) -> None:
     """One iteration as .npz (bfloat16 as uint16 bit patterns, which load_inputs reads back)."""
-    _write_atomic(path, what, lambda f: np.savez(f, **_plain(feeds)))
+    _write_atomic(path, "--save-inputs", lambda f: np.savez(f, **_plain(feeds)))
 
 
 def save_inputs(iterations: Sequence[Mapping[str, np.ndarray]], path) -> None:

@@ -118,8 +118,7 @@ class _Scope:
                         self.dims[n.output[0]] = list(a.t.dims)
 
     def table_dims(self, name: str, depth: int = 0) -> list | None:
-        """Dims of a table: a constant, or a constant through Cast /
-        DequantizeLinear / Identity (fp16 and quantized embeddings)."""
+        """Dims of a constant table, also through Cast / DequantizeLinear / Identity (fp16, quantized)."""
         if name in self.dims:
             return self.dims[name]
         n = self.producer.get(name)
@@ -160,7 +159,7 @@ def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
                     todo.extend(o for o in n.output if o)
                 f = funcs.get((n.domain, n.op_type))
                 if f is not None and depth < 8:
-                    binding = {formal: actual for formal, actual in zip(f.input, n.input)}
+                    binding = dict(zip(f.input, n.input))
                     inner = _Scope([*f.node, *(k for x in _graphs(f.node) for k in x.node)],
                                    outer=lambda name, s=scope, b=binding: s.table_dims(b[name]) if name in b else None)
                     for formal, actual in binding.items():
@@ -168,17 +167,8 @@ def _id_highs(model: onnx.ModelProto, names) -> dict[str, int]:
                             highs += highs_from(inner, formal, depth + 1)
         return highs
 
-    out = {}
-    for name in names:
-        highs = highs_from(main, name, 0)
-        if highs:
-            out[name] = min(highs)
-    return out
-
-
-def _resolve_shape(spec: InputSpec, dims: Mapping[str, int], dim_default: int) -> tuple:
-    return tuple(d if isinstance(d, int) else dims.get(d, dim_default) if isinstance(d, str) else dim_default
-                 for d in spec.dims)
+    highs = {name: highs_from(main, name, 0) for name in names}
+    return {name: min(h) for name, h in highs.items() if h}
 
 
 # Random feeds beyond this many values (about 2 GB of float32) are refused:
@@ -188,18 +178,13 @@ MAX_RANDOM_ELEMENTS = 1 << 29
 
 def make_inputs(model: onnx.ModelProto, seed: int = 0, overrides: Mapping[str, int] | None = None,
                 dim_default: int = DIM_DEFAULT, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """Seeded random feeds for every required graph input.
-
-    Shapes: fixed dims as declared; a named dim takes ``overrides[name]``
-    (CLI ``--dim name=value``) or ``dim_default``; an anonymous dim takes
-    ``dim_default``. Values: floats ~ N(0, 1) * ``scale``; integer inputs whose
-    name contains "mask" are all ones (bool: True); other integer inputs are
-    uniform in [0, table size) when they index a table (an embedding Gather
-    over a constant, ORT's EmbedLayerNormalization) through ops that only
-    move their values (Transpose, Reshape, Cast, Slice, Concat ..., in
-    subgraphs and model-local functions too; the smallest table when several),
-    else [0, 100); other bool inputs are fair coin flips. The same (model,
-    seed, dims) always gives the same feeds."""
+    """Seeded random feeds for every required graph input: the same (model,
+    seed, dims) always gives the same feeds. A named dim takes
+    ``overrides[name]`` (``--dim name=value``) or ``dim_default``, an
+    anonymous one ``dim_default``. Floats ~ N(0, 1) * ``scale``; integer and
+    bool inputs whose name contains "mask" all ones / True; other integer
+    inputs uniform in [0, table size) when they index a table (_id_highs: the
+    smallest when several), else [0, INT_HIGH_DEFAULT); other bools fair coin flips."""
     overrides = dict(overrides or {})
     if not (math.isfinite(scale) and scale != 0):
         raise InputError(f"--scale must be a finite number other than 0, got {scale}: the random inputs would "
@@ -217,10 +202,10 @@ def make_inputs(model: onnx.ModelProto, seed: int = 0, overrides: Mapping[str, i
             raise InputError(f"--dim {k}={v}: a dimension must be an integer >= 0")
     rng = np.random.default_rng(seed)
     id_highs = _id_highs(model, [s.name for s in specs if s.elem_type not in contract.FLOAT_DTYPES])
-    feeds = {}
-    total = 0
+    feeds, total = {}, 0
     for s in specs:
-        shape = _resolve_shape(s, overrides, dim_default)
+        shape = tuple(d if isinstance(d, int) else overrides.get(d, dim_default) if isinstance(d, str)
+                      else dim_default for d in s.dims)
         if any(d < 0 for d in shape):
             raise InputError(f"input '{s.name}' declares shape {list(shape)}, with a negative dimension")
         total += math.prod(shape)
@@ -278,5 +263,6 @@ def describe_inputs(feeds: Mapping[str, np.ndarray], source: str) -> list[dict]:
     return [{"name": k, "dtype": dtype_str(v), "shape": list(v.shape), "source": source} for k, v in feeds.items()]
 
 
-def dtype_str(a: np.ndarray) -> str:
-    return "bfloat16" if is_bf16(a) else ("string" if a.dtype.kind in "OUS" else str(a.dtype))
+def dtype_str(a) -> str:  # of an array or a numpy dtype
+    dt = a if isinstance(a, np.dtype) else a.dtype
+    return "bfloat16" if dt == contract.np_dtype(TensorProto.BFLOAT16) else ("string" if dt.kind in "OUS" else str(dt))

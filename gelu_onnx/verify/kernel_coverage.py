@@ -17,10 +17,10 @@ from onnx import TensorProto, helper
 
 from .. import contract
 from ..onnxio.walk import subgraphs
+from .localize import with_outputs
 
 _FLOATS = set(contract.FLOAT_DTYPES)
-# ONNX Runtime's type names ('tensor(float)' -> 'float') to ONNX elem types
-_ORT_TYPES = {name.lower(): v for name, v in TensorProto.DataType.items()}
+_ORT_TYPES = {name.lower(): v for name, v in TensorProto.DataType.items()}  # ORT's 'tensor(float)': 'float'
 _ALL_FLOAT = {"Conv", "ConvTranspose", "InstanceNormalization", "BatchNormalization", "GroupNormalization",
               "LayerNormalization", "Gemm", "MatMul"}
 
@@ -38,8 +38,7 @@ class Island:
 class Plan:
     """Where the reference leaves its type: ``nodes`` main-graph node index ->
     Island; ``op_types`` (domain, op) -> island elem type, for the one-input
-    and all-float nodes of subgraphs and function bodies (all their inputs
-    and outputs float)."""
+    and all-float nodes of subgraphs and function bodies."""
 
     nodes: dict[int, Island] = field(default_factory=dict)
     op_types: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -64,18 +63,8 @@ def _session(model: onnx.ModelProto, make_runner):
 
 
 def tensor_types(skeleton: onnx.ModelProto, make_runner) -> dict[str, int] | None:
-    """Every main-graph tensor's elem type as ONNX Runtime infers it, on
-    ``skeleton`` (a copy without the weights, its 16-bit float tensors
-    float32); None when it does not build."""
-    m = onnx.ModelProto()
-    m.CopyFrom(skeleton)
-    have = {o.name for o in m.graph.output}
-    for n in m.graph.node:
-        for o in n.output:
-            if o and o not in have:
-                have.add(o)
-                m.graph.output.append(onnx.ValueInfoProto(name=o))
-    r = _session(m, make_runner)
+    """Every main-graph tensor's elem type as ONNX Runtime infers it on ``skeleton`` (None: it does not build)."""
+    r = _session(with_outputs(skeleton, [(o, 0) for n in skeleton.graph.node for o in n.output if o]), make_runner)
     sess = getattr(r, "sess", None)
     if sess is None:
         return None
@@ -88,7 +77,7 @@ def tensor_types(skeleton: onnx.ModelProto, make_runner) -> dict[str, int] | Non
 
 
 class _Prober:
-    """One-node sessions of ``model``'s nodes, each signature built once."""
+    """One-node sessions of ``model``'s nodes, each signature built once (None type: an absent optional)."""
 
     def __init__(self, model: onnx.ModelProto, make_runner):
         self.model, self.make_runner = model, make_runner
@@ -97,19 +86,13 @@ class _Prober:
         self.cache: dict[tuple, bool] = {}
 
     def builds(self, node: onnx.NodeProto, ins: list, outs: list) -> bool:
-        """Does a session of ``node`` alone, with these input / output elem
-        types (None: an absent optional), build?"""
         attrs = tuple(sorted((a.name, a.SerializeToString()) for a in node.attribute))
         key = (_domain(node.domain), node.op_type, self.opsets.get(_domain(node.domain)), tuple(ins), tuple(outs),
                attrs)
         if key not in self.cache:
-            probe = onnx.NodeProto()
-            probe.CopyFrom(node)
-            probe.name = "probe"
-            del probe.input[:]
-            del probe.output[:]
-            probe.input.extend(f"i{k}" if t else "" for k, t in enumerate(ins))
-            probe.output.extend(f"o{k}" if t else "" for k, t in enumerate(outs))
+            probe = helper.make_node(node.op_type, [f"i{k}" if t else "" for k, t in enumerate(ins)],
+                                     [f"o{k}" if t else "" for k, t in enumerate(outs)], "probe", domain=node.domain)
+            probe.attribute.extend(node.attribute)
             g = helper.make_graph(
                 [probe], "probe", [helper.make_tensor_value_info(f"i{k}", t, None) for k, t in enumerate(ins) if t],
                 [helper.make_tensor_value_info(f"o{k}", t, None) for k, t in enumerate(outs) if t])
@@ -129,8 +112,7 @@ class _Prober:
         return next((c for c in candidates if self.builds(node, at(c, ins), at(c, outs))), None)
 
     def by_op_type(self, n, to: int, candidates, p: Plan) -> None:
-        """A node without known types: one-input and all-float ops, probed
-        with every input and output float."""
+        """A node without known types: one-input and all-float ops, probed all float."""
         key = (n.domain, n.op_type)
         if key in p.op_types or key in self.funcs or any(subgraphs(n)) or not (
                 len(n.input) == 1 or n.op_type in _ALL_FLOAT):

@@ -40,18 +40,15 @@ class Exposed:
     notes: list[str] = field(default_factory=list)
 
 
-MODES = contract.LOCALIZE_MODES
-
-
 def mode(value) -> str | None:
     """``check(localize_gelus=...)``: False/None, True/"gelus" or "all"."""
     if value in (None, False):
         return None
     if value is True:
         return "gelus"
-    if value in MODES:
+    if value in contract.LOCALIZE_MODES:
         return value
-    raise InputError(f"--localize: expected one of {', '.join(MODES)}, got {value!r}")
+    raise InputError(f"--localize: expected one of {', '.join(contract.LOCALIZE_MODES)}, got {value!r}")
 
 
 def _summary(f: dict) -> str:
@@ -63,33 +60,30 @@ def _summary(f: dict) -> str:
 
 
 def _elem_type(g: onnx.GraphProto, name: str) -> int:
-    """The tensor's declared type; 0 (left to ONNX Runtime's inference) when
-    none is declared: the chain's dtype is not the root's when the chain
-    ends in a Cast (a bf16 stack's float32 GELU, Cast to bf16)."""
+    """The tensor's declared type; 0 (left to ONNX Runtime's inference) when none is declared: a
+    GELU chain that ends in a Cast (a bf16 stack's float32 GELU) has not the root's dtype."""
     for vi in list(g.value_info) + list(g.output):
         if vi.name == name and vi.type.tensor_type.elem_type:
             return vi.type.tensor_type.elem_type
     return 0
 
 
-def _with_outputs(m: onnx.ModelProto, outputs: list[tuple[str, int]]) -> onnx.ModelProto:
-    """A copy of ``m`` whose main graph also outputs these tensors (the input is untouched)."""
+def with_outputs(m: onnx.ModelProto, outputs: list[tuple[str, int]]) -> onnx.ModelProto:
+    """A copy of ``m`` whose main graph also outputs these tensors (elem type 0: undeclared)."""
     out = onnx.ModelProto()
     out.CopyFrom(m)
     have = {o.name for o in out.graph.output}
     for name, et in outputs:
         if name not in have:
+            have.add(name)
             vi = helper.make_tensor_value_info(name, et, None) if et else onnx.ValueInfoProto(name=name)
             out.graph.output.append(vi)
     return out
 
 
 def expose(original, fused, every_tensor: bool = False) -> Exposed:
-    """Both models with every main-graph GELU tensor of the original as an
-    output (``every_tensor``: every float tensor both compute).
-
-    ``original`` / ``fused``: onnxio.LoadedModel (their external data stay where
-    they are: the copies keep the references)."""
+    """Both models (onnxio.LoadedModel: the copies keep their external data references) with every
+    main-graph GELU tensor of the original as an output (``every_tensor``: every float tensor both compute)."""
     if every_tensor:
         return _expose_all(original, fused)
 
@@ -106,15 +100,10 @@ def expose(original, fused, every_tensor: bool = False) -> Exposed:
     order = {o: i for i, n in enumerate(og.node) for o in n.output}
     main.sort(key=lambda f: order.get(f["root"], len(order)))
     produced = {o: (f"{n.domain}.{n.op_type}" if n.domain else n.op_type) for n in fg.node for o in n.output}
-    sites, o_out, f_out = [], [], []
-    for f in main:
-        et = _elem_type(og, f["root"])
-        s = Site(f["root"], f, _summary(f), f["root"] in produced, produced.get(f["root"]))
-        sites.append(s)
-        o_out.append((s.tensor, et))
-        if s.in_fused:
-            f_out.append((s.tensor, _elem_type(fg, s.tensor)))
-    return Exposed(_with_outputs(original.model, o_out), _with_outputs(fused.model, f_out), sites, notes)
+    sites = [Site(f["root"], f, _summary(f), f["root"] in produced, produced.get(f["root"])) for f in main]
+    o_out = [(s.tensor, _elem_type(og, s.tensor)) for s in sites]
+    f_out = [(s.tensor, _elem_type(fg, s.tensor)) for s in sites if s.in_fused]
+    return Exposed(with_outputs(original.model, o_out), with_outputs(fused.model, f_out), sites, notes)
 
 
 def _float_types(g: onnx.GraphProto) -> dict[str, int]:
@@ -125,8 +114,7 @@ def _float_types(g: onnx.GraphProto) -> dict[str, int]:
 
 
 def _expose_all(original, fused) -> Exposed:
-    """Every float tensor a main-graph node of the original writes, that the
-    fused model's main graph writes too, as an output of both."""
+    """Every float tensor a main-graph node of both models writes, as an output of both."""
     og, fg = original.model.graph, fused.model.graph
     produced = {o: (f"{n.domain}.{n.op_type}" if n.domain else n.op_type) for n in fg.node for o in n.output if o}
     try:  # the types, from the graph only (the weights stay in their file)
@@ -146,7 +134,7 @@ def _expose_all(original, fused) -> Exposed:
     if not sites:
         notes.append("no tensor of the original's main graph has a typed counterpart in the fused model: "
                      "nothing to localize")
-    return Exposed(_with_outputs(original.model, out), _with_outputs(fused.model, out), sites, notes)
+    return Exposed(with_outputs(original.model, out), with_outputs(fused.model, out), sites, notes)
 
 
 def split(outputs: dict, sites: list[Site], model_outputs: list[str]) -> tuple[dict, dict]:
@@ -164,7 +152,6 @@ def fusion_record(site: Site, row) -> dict:
     if row is None:
         rec["message"] = "the fused model has no tensor of this name (the GELU's output was renamed or removed)"
         return rec
-    d = {k: v for k, v in vars(row).items() if not k.startswith("_") and k not in ("name", "passed")}
-    rec.update(d)
+    rec.update({k: v for k, v in vars(row).items() if not k.startswith("_") and k not in ("name", "passed")})
     rec["pass"] = bool(row.passed)
     return rec

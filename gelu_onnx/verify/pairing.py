@@ -27,23 +27,16 @@ def _outputs(m: onnx.ModelProto) -> dict[str, int]:
     return {vi.name: vi.type.tensor_type.elem_type for vi in m.graph.output}
 
 
-def _names(xs) -> str:
-    return ", ".join(sorted(xs))
-
-
 def interface_differences(original: onnx.ModelProto, fused: onnx.ModelProto) -> list[str]:
     """One sentence per difference between the two models' declared interfaces."""
     out = []
     io_, if_ = _required_inputs(original), _required_inputs(fused)
     oo, of = _outputs(original), _outputs(fused)
-    if set(if_) - set(io_):
-        out.append(f"the fused model needs input(s) the original does not have: {_names(set(if_) - set(io_))}")
-    if set(io_) - set(if_):
-        out.append(f"the fused model no longer takes input(s) {_names(set(io_) - set(if_))}")
-    if set(oo) - set(of):
-        out.append(f"the fused model lacks output(s) {_names(set(oo) - set(of))}")
-    if set(of) - set(oo):
-        out.append(f"the fused model has output(s) the original does not: {_names(set(of) - set(oo))}")
+    for extra, what in ((set(if_) - set(io_), "needs input(s) the original does not have: "),
+                        (set(io_) - set(if_), "no longer takes input(s) "), (set(oo) - set(of), "lacks output(s) "),
+                        (set(of) - set(oo), "has output(s) the original does not: ")):
+        if extra:
+            out.append("the fused model " + what + ", ".join(sorted(extra)))
     for kind, a, b in (("input", io_, if_), ("output", oo, of)):
         for name in sorted(set(a) & set(b)):
             if a[name] and b[name] and a[name] != b[name]:
@@ -52,14 +45,10 @@ def interface_differences(original: onnx.ModelProto, fused: onnx.ModelProto) -> 
     return out
 
 
-def _our_nodes(m: onnx.ModelProto) -> int:
-    n = sum(1 for _, g in iter_graphs(m) for node in g.node if node.domain == contract.DOMAIN)
-    return n + sum(1 for f in m.functions for node in f.node if node.domain == contract.DOMAIN)
-
-
 def custom_ops_gone(m: onnx.ModelProto) -> str | None:
     """A warning when the model imports ai.gelu_onnx but no node uses it."""
-    if not any(o.domain == contract.DOMAIN for o in m.opset_import) or _our_nodes(m):
+    if not any(o.domain == contract.DOMAIN for o in m.opset_import) or any(
+            n.domain == contract.DOMAIN for g in [*(g for _, g in iter_graphs(m)), *m.functions] for n in g.node):
         return None
     return (f"the model imports the {contract.DOMAIN} opset but has none of its ops: it was fused for the custom "
             "target and another optimizer has inlined the functions, so the gelu-onnx kernels and the TensorRT "

@@ -66,19 +66,14 @@ class CheckReport:
 
 def provider_problem(provider: str) -> str | None:
     """Why this provider cannot run here (None: it can)."""
-    if provider == "cpu":
-        return None
-    if provider == "cuda":
-        try:
-            runners.ort_providers("cuda")
-        except UnsupportedError as e:
-            return e.message
-        return None
     if provider == "tensorrt":
-        if importlib.util.find_spec("tensorrt") is None:
-            return "--provider tensorrt needs TensorRT's Python package (tensorrt), which is not installed"
-        return None
-    return f"unknown provider '{provider}' (choose from {', '.join(runners.PROVIDERS)})"
+        return None if importlib.util.find_spec("tensorrt") else (
+            "--provider tensorrt needs TensorRT's Python package (tensorrt), which is not installed")
+    try:  # an unknown provider: InputError (exit 2), before any unsupported one
+        runners.ort_providers(provider)
+    except UnsupportedError as e:
+        return e.message
+    return None
 
 
 def tf32_note(tf32: bool) -> str:
@@ -90,8 +85,7 @@ def tf32_note(tf32: bool) -> str:
 
 
 class Steps:
-    """The check's steps, each reported to ``progress(step, seconds)``: at its
-    start (seconds None) and at its end."""
+    """The check's steps, each reported to ``progress(step, seconds)`` at its start (seconds None) and end."""
 
     def __init__(self, progress):
         self.progress = progress or (lambda step, seconds: None)
@@ -108,9 +102,8 @@ def feeds_for(original, fused_model, *, inputs, iterations, seed, dims, dim_defa
     """(feeds per iteration, their source as the report says it, the seed or None): random, given or from a file."""
     model = original.model if original is not None else fused_model
     if inputs is None:
-        n = iterations or 1
         return [make_inputs(model, seed=seed + i, overrides=dims, dim_default=dim_default, scale=scale)
-                for i in range(n)], "random", seed
+                for i in range(iterations or 1)], "random", seed
     if isinstance(inputs, Mapping):
         its, source = [dict(inputs)], "given"
     elif isinstance(inputs, (list, tuple)):
@@ -126,10 +119,8 @@ def feeds_for(original, fused_model, *, inputs, iterations, seed, dims, dim_defa
 
 
 def _check_save_paths(saves: Mapping[str, Any], models, files) -> None:
-    """Before anything runs: a save path is never a file this check reads (the
-    models, their data files, the inputs / golden files), nor a device or
-    FIFO, nor the other save path, nor an existing file of another kind than
-    the .npz / JSON a save writes."""
+    """Before anything runs: a save path is never a file this check reads, nor a device or FIFO, nor
+    the other save path, nor an existing file of another kind than the .npz / JSON a save writes."""
     read = [m.path for m in models if m.path] + [f for m in models for f in m.external_files] + list(files)
     taken: dict[str, str] = {}
     for flag, path in saves.items():
@@ -165,18 +156,12 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     fused model runs, each compared with the reference; the original runs on
     ``reference_provider`` (default: the first provider). ``localize_gelus``:
     True (or "gelus") also compares every GELU tensor of the original's main
-    graph, "all" every float tensor both graphs compute. ``provider``: one
-    provider, instead of ``providers``. ``tolerances`` ({dtype: {rtol,
-    atol}}) / ``output_tolerances`` ({name: {rtol, atol}}): judge those
-    outputs by that fixed bound instead of the reference-relative verdict.
-    ``tf32``: let CUDA sessions multiply in TF32 (off by default).
-    ``custom_op_libraries``: more custom-op libraries every ONNX Runtime
-    session registers. ``input_shapes`` ({input: [dims]}, Polygraphy's
-    --input-shapes): the shapes of the random inputs (sets their named dims). ``progress(step, seconds)``: called as each step
-    starts (seconds None) and ends.
+    graph, "all" every float tensor both graphs compute. ``tolerances``
+    ({dtype: {rtol, atol}}) / ``output_tolerances`` ({name: {rtol, atol}}):
+    judge those outputs by that fixed bound instead of the reference-relative
+    verdict. ``input_shapes``: Polygraphy's --input-shapes ({input: [dims]}).
 
-    One session at a time, each released before the next is built (the
-    original, the precise reference, the fused model per provider); what is
+    One session at a time, each released before the next is built: what is
     kept between them is their outputs, and the models without their weights."""
     providers = list(dict.fromkeys([provider] if provider is not None else providers)) or ["cpu"]
     reference_provider = reference_provider or providers[0]
@@ -189,10 +174,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         raise InputError("--localize needs ORIGINAL.onnx: the tensors are compared with the original's")
     if iterations is not None and iterations < 1:
         raise InputError(f"--iterations must be >= 1, got {iterations}")
-    bad = [m for m in (provider_problem(p) for p in providers + [reference_provider]) if m]
-    for m in bad:
-        if m.startswith("unknown provider"):
-            raise InputError(m)
+    bad = [m for m in [provider_problem(p) for p in providers + [reference_provider]] if m]
     if bad:
         raise UnsupportedError("; ".join(dict.fromkeys(bad)))
     libs = runners.custom_op_libraries(custom_op_libraries)
@@ -200,19 +182,17 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     with step("load the models"):
         lo = runners.load_lean(original) if original is not None else None
         lf = runners.load_lean(fused)
-    for m in (lo, lf):  # our library would run our kernel in place of such a function's body
-        if m is not None:
-            refuse_foreign_functions(m.model)
-    _check_save_paths({"--save-inputs": save_inputs, "--save-outputs": save_outputs},
-                      [m for m in (lo, lf) if m is not None], [x for x in (inputs, reference_outputs)
-                                                               if isinstance(x, (str, os.PathLike))])
+    models = [m for m in (lo, lf) if m is not None]
+    for m in models:  # our library would run our kernel in place of such a function's body
+        refuse_foreign_functions(m.model)
+    _check_save_paths({"--save-inputs": save_inputs, "--save-outputs": save_outputs}, models,
+                      [x for x in (inputs, reference_outputs) if isinstance(x, (str, os.PathLike))])
     if input_shapes:
         dims = pairing.shape_dims((lo or lf).model, input_shapes, dims)
     feeds_its, source, seed = feeds_for(lo, lf.model, inputs=inputs, iterations=iterations, seed=seed, dims=dims,
                                      dim_default=dim_default, scale=scale, allow_pickle=allow_pickle)
     problems, notes, warnings = [], check_feeds(feeds_its), []
-    gone = pairing.custom_ops_gone(lf.model)
-    if gone and not libs:
+    if not libs and (gone := pairing.custom_ops_gone(lf.model)):
         warnings.append(gone)
     need_f = {s.name for s in input_specs(lf.model)}
     missing = sorted(need_f - set(feeds_its[0]))
@@ -220,10 +200,9 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
         had = ("the inputs do not hold" if inputs is not None else "the original does not have" if lo is not None
                else "the inputs file does not hold")
         raise InputError(f"the fused model needs input(s) {had}: {', '.join(missing)}")
-    if lo is not None:
-        dropped = {s.name for s in input_specs(lo.model)} - need_f
-        if dropped:
-            problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
+    dropped = {s.name for s in input_specs(lo.model)} - need_f if lo is not None else ()
+    if dropped:
+        problems.append(f"the fused model no longer takes input(s) {', '.join(sorted(dropped))}")
     use = runners.resolve_library(use_library)
     warnings += runners.library_warnings(lf.model, use, use_library, providers)
     if "tensorrt" in providers + [reference_provider]:
@@ -239,8 +218,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
     run_opts = {"use": use, "tf32": tf32, "libraries": libs}
 
     # the reference, per iteration
-    golden_runner = None
-    ref_its, ref_times, ref_gelus = [], [], []
+    golden_runner, ref_its, ref_times, ref_gelus = None, [], [], []
     if reference_outputs is not None:
         golden_runner, ref_its = _golden(reference_outputs, lf.model, len(feeds_its), allow_pickle, notes)
         model_outputs = list(ref_its[0])
@@ -254,14 +232,11 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
                     raise
                 raise InputError(f"the original model fails on the generated inputs, before anything is compared "
                                  f"({e.message}); pass inputs it accepts with --inputs FILE") from None
-        for out in outs:
-            mo, go = localize.split(out, sites, model_outputs)
-            ref_gelus.append(go)
-            if reference_outputs is None:
-                ref_its.append(mo)
+        split = [localize.split(out, sites, model_outputs) for out in outs]
+        ref_gelus = [go for _, go in split]
         if reference_outputs is None:
-            ref_times = times
-        del outs
+            ref_its, ref_times = [mo for mo, _ in split], times
+        del outs, split
     # the precise run that judges both (not with golden outputs: no original run to judge)
     precise, precise_its, precise_gelus = None, [], []
     every_fixed = set(contract.PARITY_TOLERANCE) <= set(tolerances or {})  # --rtol/--atol for all dtypes
@@ -327,8 +302,7 @@ def check(original, fused, *, seed: int = 0, iterations: int | None = None, inpu
 
 
 def _rows(refs, gots, precise, judged, tolerances, output_tolerances) -> list[cmp.OutputParity]:
-    """One row per tensor over every iteration (``refs``, ``gots``, ``precise``: per iteration {name: array}),
-    judged by the verdict (``judged``) or its fixed bound, then certified."""
+    """One row per tensor over every iteration, judged by the verdict (``judged``) or its fixed bound, certified."""
     per_it = [cmp.compare(r, g, tolerances, output_tolerances) for r, g in zip(refs, gots)]
     rows = [cmp.merge([it[j] for it in per_it]) for j in range(len(per_it[0]))]
     if judged is not None:

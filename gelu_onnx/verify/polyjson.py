@@ -12,9 +12,8 @@ Polygraphy 0.49-0.53):
 
 An array is {"array": base64 of the bytes ``np.save(allow_pickle=False)``
 writes, "polygraphy_class": "ndarray"} (files from old Polygraphy versions:
-the key "__polygraphy_encoded_ndarray", or latin-1 text instead of base64).
-Those bytes are decoded by gelu_onnx.verify.arrayfiles: the header is checked against
-the model before the array is built, and pickle stays off unless asked for.
+the key "__polygraphy_encoded_ndarray", or latin-1 text instead of base64),
+decoded by gelu_onnx.verify.arrayfiles.
 """
 from __future__ import annotations
 
@@ -83,21 +82,19 @@ def _array(d, what: str, name: str, expect, allow_pickle: bool) -> np.ndarray:
             raise InputError(f"{what}: '{name}' holds neither base64 nor latin-1 array data") from None
     awhat = f"{what}: '{name}'"
     if data[:2] == b"PK":  # very old Polygraphy: an .npz archive holding one array
-        arrays = arrayfiles.read_npz(io.BytesIO(data), awhat, None if expect is None else
-                                     (lambda _n, dt, sh: expect(name, dt, sh)), allow_pickle)
+        arrays = arrayfiles.read_npz(io.BytesIO(data), awhat, lambda _n, dt, sh: expect(name, dt, sh), allow_pickle)
         if len(arrays) != 1:
             raise InputError(f"{awhat}: expected one array in the embedded archive, found {len(arrays)}")
         return next(iter(arrays.values()))
     return arrayfiles.decode_npy(data, awhat, expect, name, allow_pickle)
 
 
-def read_inputs(path, what: str, new_expect: Callable[[], Callable] | None = None,
-                allow_pickle: bool = False) -> list[dict[str, np.ndarray]]:
+def read_inputs(path, what: str, new_expect: Callable, allow_pickle: bool) -> list[dict[str, np.ndarray]]:
     """Per iteration {input name: array} from ``polygraphy run --save-inputs``.
 
     ``new_expect()`` gives a fresh header check per iteration (named dims
-    must agree within one iteration, not across them); its ``names(keys)``,
-    when it has one, sees the iteration's names before any array is decoded."""
+    must agree within one iteration, not across them); its ``names(keys)``
+    sees the iteration's names before any array is decoded."""
     doc = _load(path, what)
     if isinstance(doc, dict) and _type_of(doc) is None and doc and all(_type_of(v) for v in doc.values()):
         doc = [doc]  # one feed dict, as Polygraphy's data loader scripts also accept
@@ -107,40 +104,32 @@ def read_inputs(path, what: str, new_expect: Callable[[], Callable] | None = Non
         raise InputError(f"{what}: holds no iterations")
     out = []
     for i, it in enumerate(doc):
-        expect = new_expect() if new_expect else None
+        expect = new_expect()
+        expect.names(list(it))
         iwhat = what if len(doc) == 1 else f"{what} (iteration {i})"
-        if hasattr(expect, "names"):
-            expect.names(list(it))
         out.append({str(k): _array(v, iwhat, str(k), expect, allow_pickle) for k, v in it.items()})
     return out
 
 
-def read_run_results(path, what: str, expect=None, allow_pickle: bool = False, limit: int | None = None) -> list[Run]:
-    """[(runner name, [{output name: array} per iteration])] from a RunResults
-    file (the first ``limit`` runners only: the others are not decoded)."""
+def read_first_run(path, what: str, expect, allow_pickle: bool) -> Run:
+    """(runner name, [{output name: array} per iteration]) of a RunResults file's first runner only."""
     doc = _load(path, what)
     if _type_of(doc) != "RunResults" or not isinstance(doc.get("lst"), list):
         hint = " (that is a saved-inputs file; golden outputs come from --save-outputs)" if isinstance(doc, list) else ""
         raise InputError(f"{what}: not a Polygraphy RunResults file{hint}")
-    runs: list[Run] = []
-    for entry in doc["lst"][:limit]:
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
-            raise InputError(f"{what}: malformed RunResults entry")
-        runner, iterations = str(entry[0]), entry[1]
-        its = []
-        for i, it in enumerate(iterations):
-            outs = it.get("outputs") if isinstance(it, dict) else None
-            if not isinstance(outs, dict):
-                raise InputError(f"{what}: runner '{runner}' iteration {i} has no outputs")
-            its.append({str(k): _array(v, f"{what} ({runner}, iteration {i})", str(k), expect, allow_pickle)
-                        for k, v in outs.items()})
-        runs.append((runner, its))
-    if not runs:
+    if not doc["lst"]:
         raise InputError(f"{what}: holds no runner results")
-    return runs
-
-
-# --- writing -------------------------------------------------------------------
+    entry = doc["lst"][0]
+    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+        raise InputError(f"{what}: malformed RunResults entry")
+    runner, its = str(entry[0]), []
+    for i, it in enumerate(entry[1]):
+        outs = it.get("outputs") if isinstance(it, dict) else None
+        if not isinstance(outs, dict):
+            raise InputError(f"{what}: runner '{runner}' iteration {i} has no outputs")
+        its.append({str(k): _array(v, f"{what} ({runner}, iteration {i})", str(k), expect, allow_pickle)
+                    for k, v in outs.items()})
+    return runner, its
 
 
 def _encode(a: np.ndarray) -> dict:

@@ -17,6 +17,7 @@ from ..errors import InputError, UnsupportedError
 from ..onnxio import tensor_array
 from ..onnxio.walk import subgraphs, walk_graphs
 from . import kernel_coverage
+from .arrayfiles import first_line
 from .inputs import is_bf16
 from .runners import load
 from .weights import cast_in, skeleton, split
@@ -75,7 +76,7 @@ def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
     src = _sources(to)
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    np_to = np.float64 if to == TensorProto.DOUBLE else np.float32
+    np_to = helper.tensor_dtype_to_np_dtype(to)
     plan = plan or kernel_coverage.Plan()
 
     def tensor(t: onnx.TensorProto) -> None:
@@ -96,13 +97,10 @@ def retyped(model: onnx.ModelProto, to: int, base_dir: str | None = None,
 
     def body(ns, islands: dict) -> None:
         for n in ns:
+            for _, sg in subgraphs(n):
+                graph(sg, {})
             for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    graph(a.g, {})
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for sg in a.graphs:
-                        graph(sg, {})
-                elif a.type == onnx.AttributeProto.TENSOR:
+                if a.type == onnx.AttributeProto.TENSOR:
                     tensor(a.t)
                 elif a.type == onnx.AttributeProto.INT and a.i in src and (
                         (n.op_type == "Cast" and a.name == "to") or _DTYPE_ATTR.get(n.op_type) == a.name):
@@ -146,9 +144,7 @@ def _constant_floats(n: onnx.NodeProto, np_to) -> None:
 
 
 def _islands(ns, islands: dict, to: int) -> None:
-    """Rewrite the node list ``ns``: node k of ``islands`` reads its float
-    inputs Cast to the island's type and writes its float outputs through a
-    Cast back to ``to``."""
+    """Node k of ``islands`` reads its float inputs Cast to its type, writes its outputs Cast back to ``to``."""
     out = []
     for k, n in enumerate(ns):
         isl = islands.get(k)
@@ -177,34 +173,27 @@ def _float_types(model: onnx.ModelProto) -> set[int]:
 
 def _float_bytes(model: onnx.ModelProto, to: int) -> int:
     """Bytes of the main graph's float initializers once retyped to ``to``."""
-    item = 8 if to == TensorProto.DOUBLE else 4
+    item = helper.tensor_dtype_to_np_dtype(to).itemsize
     return sum(int(np.prod(t.dims)) * item for t in model.graph.initializer if t.data_type in _FLOATS)
 
 
 def why(e: BaseException) -> str:
-    """What a failed copy's error says, in whole words: its first line
-    without ONNX Runtime's status prefix, never cut inside a word."""
-    msg = e.message if isinstance(e, (InputError, UnsupportedError)) else str(e)
-    line = (msg.strip().splitlines() or [type(e).__name__])[0]
-    line = _ORT_PREFIX.sub("", line).strip()
+    """A failed copy's error in whole words: its first line without ONNX Runtime's status prefix."""
+    line = _ORT_PREFIX.sub("", first_line(e)).strip()
     if len(line) > _WHY_MAX:
         line = line[:_WHY_MAX].rsplit(" ", 1)[0] + " (...)"
     return line
 
 
 def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
-    """The most precise reference that runs on ``feeds``.
-
-    ``loaded``: the original (onnxio.LoadedModel); ``make_runner(model)``:
-    a CPU runner at optimization level 'disable' (ModelProto or LoadedModel
-    in, ``run(feeds)`` out). An fp16/bf16 model: float32, then float64; a
-    float32 one: float64; each with the islands ONNX Runtime needs
-    (gelu_onnx.verify.kernel_coverage); then the original, with a warning;
-    each failure to build or run moves to the next. When none runs,
-    ``dtype`` is 'none' (the check falls back to fixed bounds)."""
+    """The most precise reference that runs on ``feeds``: for an fp16/bf16
+    model float32, then float64; for a float32 one float64; each with the
+    islands ONNX Runtime needs (gelu_onnx.verify.kernel_coverage); then the
+    original, with a warning; each failure moves to the next. When none runs,
+    ``dtype`` is 'none' (the check falls back to fixed bounds).
+    ``make_runner(model)``: a CPU runner at optimization level 'disable'."""
     types = _float_types(loaded.model)
-    notes: list[str] = []
-    failed: list[str] = []
+    notes, failed = [], []
     half = bool(types & {TensorProto.FLOAT16, TensorProto.BFLOAT16})
     sk = sk32 = None
 
@@ -228,7 +217,7 @@ def build(loaded, make_runner, feeds: Mapping[str, np.ndarray]) -> Reference:
             plan = kernel_coverage.plan(sk_to, sk32, to, cands, beside)
             m = retyped_lean(loaded.model, to, loaded.base_dir, plan)
             ref = Reference(beside(m), _NAMES[to], plan.labels(loaded.model), notes,
-                            np.dtype(np.float64 if to == TensorProto.DOUBLE else np.float32))
+                            helper.tensor_dtype_to_np_dtype(to))
             ref.first = ref.run(feeds)  # a kernel may be missing only at run time
             notes += plan.notes
             return ref

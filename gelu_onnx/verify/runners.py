@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
-import onnx
 from onnx import TensorProto
 
 from .. import contract, ortlib
@@ -27,8 +26,7 @@ from ..tensorrt import run_tensorrt
 from .arrayfiles import first_line
 from .inputs import is_bf16
 
-# ONNX Runtime can load models larger than this only from a file.
-_PROTO_LIMIT = 2**31 - 1
+_PROTO_LIMIT = 2**31 - 1  # ONNX Runtime loads larger models only from a file
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
            "all": "ORT_ENABLE_ALL"}
 
@@ -42,16 +40,8 @@ def _ort():
     return onnxruntime
 
 
-def library_available() -> bool:
-    try:
-        return bool(ortlib.available())
-    except Exception:  # noqa: BLE001 - a library that does not load is not available
-        return False
-
-
 def custom_op_libraries(paths) -> list[str]:
-    """The absolute paths of more custom-op libraries (--custom-op-library),
-    each an existing regular file; ONNX Runtime says whether it loads."""
+    """The absolute paths of --custom-op-library files (each must exist; ONNX Runtime says whether it loads)."""
     out = []
     for p in paths or ():
         a = os.path.abspath(os.fspath(p))
@@ -94,8 +84,7 @@ def cuda_provider_options(tf32: bool | None = None) -> dict[str, str]:
 
 
 def ort_providers(provider: str, tf32: bool | None = None) -> list:
-    """ONNX Runtime's providers argument for ``provider`` (names, or (name,
-    options) for CUDA)."""
+    """ONNX Runtime's providers argument for ``provider``."""
     ort = _ort()
     if provider == "cpu":
         return ["CPUExecutionProvider"]
@@ -130,19 +119,15 @@ class ModelSource:
         self.label = label
         self._tmp = None
 
-    @property
-    def proto(self) -> onnx.ModelProto:
-        return self.loaded.model
-
     def ort_arg(self, so):
         if self.loaded.path is not None and utf8_path(self.loaded.path):  # else in memory
             return self.loaded.path
-        if self.proto.ByteSize() >= _PROTO_LIMIT:
+        if self.loaded.model.ByteSize() >= _PROTO_LIMIT:
             return str(self.file())
         if self.loaded.base_dir is not None:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                         ortlib.folder_arg(self.loaded.base_dir))
-        return self.proto.SerializeToString()
+        return self.loaded.model.SerializeToString()
 
     def file(self) -> Path:
         """A path on disk (TensorRT's parser and >2 GiB models need one)."""
@@ -151,13 +136,13 @@ class ModelSource:
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="gelu-onnx-")
             # io links the external data files next to the temp copy
-            self._file = Path(save_model(self.proto, Path(self._tmp.name) / f"{self.label}.onnx",
+            self._file = Path(save_model(self.loaded.model, Path(self._tmp.name) / f"{self.label}.onnx",
                                          source_dir=self.loaded.base_dir).path)
         return self._file
 
 
 def _load_failure(src: ModelSource, e: BaseException):
-    ir = src.proto.ir_version
+    ir = src.loaded.model.ir_version
     if ir > ortlib.max_ir_version():  # the session failed: say why in one line
         return UnsupportedError(
             f"the {src.label} model has IR version {ir}; the installed onnxruntime {ortlib.runtime_version()} "
@@ -171,14 +156,9 @@ def _load_failure(src: ModelSource, e: BaseException):
 
 
 def _to_ort_values(feeds):
-    ort = _ort()
-    out = {}
-    for k, v in feeds.items():
-        if is_bf16(v):
-            out[k] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(v).view(np.uint16), TensorProto.BFLOAT16)
-        else:
-            out[k] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
-    return out
+    ov = _ort().OrtValue
+    return {k: ov.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(v).view(np.uint16), TensorProto.BFLOAT16)
+            if is_bf16(v) else ov.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
 
 
 def _ortvalue_to_numpy(v) -> np.ndarray:
@@ -224,30 +204,23 @@ class OrtRunner:
 
 
 class TensorRTRunner:
-    """The model as a TensorRT engine (gelu_onnx.tensorrt: our plugin
-    registered); ``run(feeds)`` like OrtRunner. The engine is built per run:
-    TensorRT needs the input shapes, which the feeds give."""
+    """The model as a TensorRT engine (gelu_onnx.tensorrt: our plugin registered), built
+    per run: TensorRT needs the input shapes, which the feeds give."""
 
     def __init__(self, model, label="model"):
         self.src = ModelSource(model, label)
         self.label = label
-        inits = {t.name for t in self.src.proto.graph.initializer}
-        self.input_names = [i.name for i in self.src.proto.graph.input if i.name not in inits]
-        self.output_names = [o.name for o in self.src.proto.graph.output]
+        inits = {t.name for t in self.src.loaded.model.graph.initializer}
+        self.input_names = [i.name for i in self.src.loaded.model.graph.input if i.name not in inits]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = run_tensorrt(str(self.src.file()), dict(feeds))  # its UnsupportedError passes through (exit 3)
-        if isinstance(out, Mapping):
-            return {k: np.asarray(v) for k, v in out.items()}
-        return dict(zip(self.output_names, (np.asarray(v) for v in out)))
+        # its UnsupportedError passes through (exit 3)
+        return {k: np.asarray(v) for k, v in run_tensorrt(str(self.src.file()), dict(feeds)).items()}
 
 
 def runner(model, provider="cpu", use_library=False, opt_level="all", threads=None, label="model", tf32=None,
            libraries=(), lean=False):
-    """The runner for ``provider`` ("cpu", "cuda": ONNX Runtime; "tensorrt");
-    ``tf32``: the CUDA EP's use_tf32 (None: its default); ``libraries``: more
-    custom-op libraries the ONNX Runtime session registers; ``lean``: run
-    nodes in priority order (make_session_options)."""
+    """The runner for ``provider``; ``tf32``: the CUDA EP's use_tf32 (None: its default)."""
     if provider == "tensorrt":
         return TensorRTRunner(model, label)
     return OrtRunner(model, provider, use_library, opt_level, threads, label=label, tf32=tf32, libraries=libraries,
@@ -256,9 +229,8 @@ def runner(model, provider="cpu", use_library=False, opt_level="all", threads=No
 
 def run_all(model, provider: str, feeds_its, *, use: bool, opt_level: str, tf32: bool, label: str,
              libraries=()) -> tuple[list[dict], list[float]]:
-    """One runner's lifecycle: build, run every iteration, release (the next
-    session is built only once this one's memory is back); outputs and
-    seconds per run."""
+    """Build, run every iteration, release (the next session is built only once
+    this one's memory is back): outputs and seconds per run."""
     r = runner(model, provider, use, opt_level, label=label, tf32=tf32, libraries=libraries)
     outs, times = [], []
     for feeds in feeds_its:
@@ -271,24 +243,25 @@ def run_all(model, provider: str, feeds_its, *, use: bool, opt_level: str, tf32:
 
 
 def run(model, feeds, provider="cpu", use_library=None, opt_level="all", label="model") -> dict[str, np.ndarray]:
-    """Run ``model`` (path or ModelProto) once on ``feeds`` with a real runtime.
-
-    ``use_library``: None = our custom-op library when it is built, True =
-    require it, False = plain ONNX Runtime (the fused model then runs through
-    its model-local functions). ``provider`` "tensorrt" runs through
-    ``gelu_onnx.tensorrt.run_tensorrt``.
-    """
+    """Run ``model`` (path or ModelProto) once on ``feeds``. ``use_library``:
+    None = our custom-op library when it is built, True = require it, False =
+    plain ONNX Runtime (the fused model then runs its model-local functions)."""
     use = resolve_library(use_library) if provider != "tensorrt" else False
     r = runner(model, provider, use, opt_level, label=label)
     return r.run({k: v for k, v in feeds.items() if k in r.input_names})
 
 
 def resolve_library(use_library) -> bool:
-    if use_library is None:
-        return library_available()
-    if use_library and not library_available():
+    """None: whether our custom-op library is available; True: it must be."""
+    if use_library is not None and not use_library:
+        return False
+    try:
+        available = bool(ortlib.available())
+    except Exception:  # noqa: BLE001 - a library that does not load is not available
+        available = False
+    if use_library and not available:
         raise UnsupportedError("the gelu-onnx custom-op library is not built or cannot be loaded (see gelu_onnx.ortlib)")
-    return bool(use_library)
+    return available
 
 
 def model_label(m) -> str:

@@ -119,8 +119,7 @@ class Rule:
                 tallies.setdefault(name, Tally()).add(r, o, f)
 
     def apply(self, row, tallies: dict):
-        """``row`` (a parity_check.OutputStats) judged by the verdict when it
-        has a tally; its fixed-bound fields are cleared then."""
+        """``row`` (a comparator.OutputParity) judged by the verdict when it has a tally."""
         if row.dtype not in EPS:
             row.verdict = "exact"
             return row
@@ -166,13 +165,11 @@ def certify(row):
 
 
 def golden_note(rows) -> str:
-    """What a check against golden outputs (--reference-outputs) must say:
-    its bound is fixed, and how to get the reference verdict instead."""
+    """What a check against golden outputs must say: its bound is fixed; how to get the reference verdict."""
     fixed = sorted({(r.dtype, r.rtol, r.atol) for r in rows if r.verdict == "fixed" and r.rtol is not None})
     bounds = "; ".join(f"{dt}: rtol={rt:g}, atol={at:g}" for dt, rt, at in fixed) or "no float output"
     return ("golden outputs are judged by a fixed bound, |golden - fused| <= atol + rtol * |golden| (" + bounds
             + "), not by the reference verdict: a fixed bound cannot tell a model's own rounding from a wrong GELU "
             "(it fails correct deep fp16 fusions, and passes a wrong GELU whose error stays below it). For the "
-            "reference verdict, give the original "
-            "model instead of the golden outputs: gelu-onnx check ORIGINAL.onnx FUSED.onnx --inputs INPUTS "
-            "(docs/verdict.md)")
+            "reference verdict, give the original model instead of the golden outputs: gelu-onnx check "
+            "ORIGINAL.onnx FUSED.onnx --inputs INPUTS (docs/verdict.md)")

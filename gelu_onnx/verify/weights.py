@@ -55,8 +55,7 @@ def split(model: onnx.ModelProto, types=None) -> tuple[onnx.ModelProto, list[Ten
 def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with its big initializers declared as graph inputs of the same type and shape."""
     m, big = split(model)
-    if big:
-        m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)
+    m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)
     return m
 
 
