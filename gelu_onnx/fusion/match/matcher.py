@@ -97,15 +97,9 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
 
 def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None = None) -> list[str]:
     """Tensors reachable forward from the anchor through elementwise nodes,
-    farthest first (the largest region that checks out wins).
-
-    With ``leaves`` (the anchor's leaf candidates) the walk stops at a node
-    with an input that no region can hold: not one of ``leaves``, not a
-    scalar constant, and not made by an elementwise node (or made by another
-    anchor). Every cone through that node has such a source, so no tensor
-    past it can be a root (its cone would fail the search's first test);
-    the others keep their order (the walk past that node only marks such
-    tensors seen)."""
+    farthest first (the largest region that checks out wins). With
+    ``leaves`` (the anchor's leaf candidates) the walk stops at a node with
+    an input no region can hold (_bad_source): no tensor past it can be a root."""
     out = idx.outs[anchor][0]
     found: list[tuple[int, str]] = []
     frontier = [(out, 0)]
@@ -131,9 +125,8 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
 
 
 def _bad_source(idx: GraphIndex, t: str, anchor: int, leaves: frozenset[str]) -> bool:
-    """A tensor where every cone that reaches it (and does not stop there)
-    ends with a source: no scalar constant, not in ``leaves``, and not made
-    by an elementwise node (or made by another anchor)."""
+    """Not in ``leaves``, no scalar constant, and not made by an elementwise
+    node (or made by another anchor): every cone through it ends there."""
     if t in leaves:
         return False
     if t in idx.const_names and scalar_const(idx, t) is not None:
@@ -178,11 +171,10 @@ def find_leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str]):
 # --- the search: regions found, checked, explained ---------------------------------------
 
 def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
-    """The one search for one anchor: every root candidate, farthest first,
-    with its leaf and numeric check (cached by region structure); the first
-    region that passes every rule is the match. Without one, the reasons
-    gathered on the way (and, for roots with no single x, _diagnose) say
-    why, the most specific first."""
+    """Every root candidate, farthest first, with its leaf and numeric check
+    (cached by region structure): the first region that passes every rule
+    is the match; else the reasons gathered on the way (and _diagnose's for
+    roots with no single x), the most specific first."""
     reasons: list[tuple[int, Code, str, float | None]] = []  # (priority, code, reason, distance from a GELU)
 
     def miss(code, reason, error=None):
@@ -193,8 +185,7 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
     with_leaf: set[str] = set()
     rough: list = []  # regions that failed the 3-point pre-check
     for root in root_candidates(idx, anchor, cand_set):
-        # Cheap filter: a root whose cone reaches a source outside the
-        # anchor's upstream can have no leaf.
+        # a root whose cone reaches a source outside the anchor's upstream has no leaf
         pre = cone(idx, root, cand_set, anchor, fail_fast=True)
         leaf = sub = None
         if not pre.truncated and anchor in pre.nodes and set(pre.sources) <= cand_set:
