@@ -40,9 +40,7 @@ def tensor_value(t: TensorProto, base_dir: str | None = None) -> np.ndarray | No
     """numpy value of a small tensor; None for big ones. An external tensor is
     read only when it is a scalar (a GELU constant) and we know its folder:
     weight payloads are never read."""
-    n = 1
-    for d in t.dims:
-        n *= d
+    n = math.prod(t.dims)
     if n > 4096:
         return None
     try:
@@ -381,7 +379,7 @@ class GraphIndex:
         if name in self.producer:
             i = self.producer[name]
             op = self.ops[i]
-            if self.domains[i] not in ("", "ai.onnx"):
+            if self.domains[i] not in DEFAULT_DOMAINS:
                 return None
             if op == "Constant":
                 return constant_node_value(self.nodes[i], i)
@@ -436,10 +434,10 @@ class GraphIndex:
         if p is None:
             return None
         node = self.nodes[p]
-        if node.domain not in ("", "ai.onnx") or not node.input:
+        if node.domain not in DEFAULT_DOMAINS or not node.input:
             return None
         if node.op_type == "Cast":
-            return next((a.i for a in node.attribute if a.name == "to"), None)
+            return cast_to(node)
         if node.op_type == "CastLike" and len(node.input) == 2:
             return self._type_of(node.input[1], depth - 1)
         if node.op_type in ELEMENTWISE or node.op_type == "MatMul":
