@@ -84,9 +84,6 @@ class Plan:
     graphs: list[GraphPlan]
     opset: int
 
-    def selected(self) -> list[Selected]:
-        return [s for g in self.graphs for s in g.selected]
-
 
 def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: bool = True) -> Plan:
     """Match every graph without changing anything; indexes stay valid for
@@ -247,21 +244,11 @@ def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]
     target's op go to ``res``. Returns the dtypes of the model-local function
     bodies the target writes (see _function_dtypes)."""
     for g in plan.graphs:
-        idx = g.index
-        misses: list[tuple] = []  # (order, NearMiss): in candidate order, as the report lists them
-        already: list[tuple] = []
-        for c in g.candidates:
-            kind, what = _decide(idx, c, target)
-            if kind == "miss":
-                misses.append((c.order, what))
-            elif kind == "already":
-                already.append((c.order, what))
-            else:
-                g.selected.append(what)
-        misses.sort(key=lambda kv: kv[0])
-        already.sort(key=lambda kv: kv[0])
-        res.near_misses.extend(v for _, v in misses)
-        res.already.extend(v for _, v in already)
+        decided = [(c.order, *_decide(g.index, c, target)) for c in g.candidates]
+        g.selected.extend(what for _, kind, what in decided if kind == "selected")
+        decided.sort(key=lambda d: d[0])  # the report lists them in candidate order
+        res.near_misses.extend(what for _, kind, what in decided if kind == "miss")
+        res.already.extend(what for _, kind, what in decided if kind == "already")
         res.near_misses.extend(g.misses)
     return _function_dtypes(plan, target)
 
@@ -285,10 +272,13 @@ def report(plan: Plan, target: Target, res: FuseResult) -> None:
     """What rewrite() would record, without changing anything (inspect)."""
     select(plan, target, res)
     for g in plan.graphs:
-        keyed = [(s.candidate.order, record(g.index, s.match, s.emission.qualified, s.use_bias, s.compute_type))
-                 for s in g.selected]
-        keyed.sort(key=lambda kv: kv[0])
-        res.fusions.extend(f for _, f in keyed)
+        _record(g, res)
+
+
+def _record(g: GraphPlan, res: FuseResult) -> None:
+    """The fusions of ``g`` in candidate order."""
+    for s in sorted(g.selected, key=lambda s: s.candidate.order):
+        res.fusions.append(record(g.index, s.match, s.emission.qualified, s.use_bias, s.compute_type))
 
 
 def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
@@ -299,7 +289,7 @@ def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
     own dtype, is then added in front)."""
     if not target.writes_functions:
         return {}
-    chosen = plan.selected()
+    chosen = [s for g in plan.graphs for s in g.selected]
     if not target.typed_functions(plan.opset):
         return {op: None for s in chosen for op in _own_ops(s.emission)}
     while True:
@@ -339,7 +329,8 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
     nested = len(plan.graphs) > 1 or bool(plan.graphs[0].index.nested)
     for g in plan.graphs:  # inner graphs first: a parent then writes its nodes' new bodies
         if g.selected:
-            rewrite_graph(g, names, res, dead, tidy=not nested)
+            rewrite_graph(g, names, dead, tidy=not nested)
+            _record(g, res)
     if not res.fusions:
         return
     if nested:  # names cross scopes: dead constants and stale value_info over every graph

@@ -3,14 +3,13 @@ replacement as NodeProtos (emit_nodes), then the constants that only the
 removed GELU spellings used dropped; nothing else is touched."""
 from __future__ import annotations
 
-from collections import Counter
 from itertools import chain
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, helper
 
 from ... import contract as C
-from ...onnxio.walk import subgraphs
+from ...onnxio.walk import iter_graphs
 from ..match.bias import bias_initializer
 from ..report import Match
 from ..targets import Emission
@@ -163,47 +162,65 @@ def remove_indices(rep, drop) -> None:
     del rep[last:]
 
 
+def dead_constants(readers: np.ndarray, work: np.ndarray, init_name: np.ndarray, init_droppable: np.ndarray,
+                   out1: np.ndarray, in_ids: np.ndarray, in_count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``work`` (name ids of the constants the fused regions read), those
+    nothing reads (``readers``: reads per name id, updated here), then
+    whatever only those read, as masks of the initializers (named
+    ``init_name``; only the ``init_droppable`` ones) and of the nodes
+    (``out1``: a node's only output, -1 for other nodes) that define them.
+    One implementation for the main graph (its scan's arrays) and for every
+    graph of a model with subgraphs (drop_dead_constants)."""
+    seen = np.zeros(len(readers) + 1, bool)  # out1's -1 reads the extra slot: never seen
+    gone = np.zeros(len(out1), bool)
+    while len(work):
+        work = np.unique(work)
+        work = work[(readers[work] == 0) & ~seen[work]]
+        if not len(work):
+            break
+        seen[work] = True
+        new = seen[out1] & ~gone
+        gone |= new
+        ins = in_ids[np.repeat(new, in_count)]
+        ins = ins[ins != 0]
+        np.subtract.at(readers, ins, 1)
+        work = ins.astype(np.int64)
+    return seen[init_name] & init_droppable, gone
+
+
 def drop_dead_constants(candidates: set[str], graphs: list) -> None:
-    """Delete Constant/folded nodes and initializers among ``candidates`` (the
-    constants the fused regions read) that nothing reads any more in
-    ``graphs`` (every graph of the model), and then whatever only those read.
-    One walk counts the readers of every name; removals update the counts."""
+    """dead_constants over ``graphs`` (every graph of a model with
+    subgraphs, as rewritten: names cross scopes), their arrays read from
+    the protos; the dead nodes and initializers are deleted."""
     if not candidates:
         return
-    readers: Counter = Counter()
+    ids: dict[str, int] = {"": 0}
+
+    def of(names) -> list[int]:
+        return [ids.setdefault(x, len(ids)) for x in names]
+
+    ins, counts, out1, inits, droppable, outs = [], [], [], [], [], []
     for g in graphs:
-        readers.update(chain.from_iterable([n.input for n in g.node]))
-        readers.update([o.name for o in g.output])
-    work = [c for c in candidates if not readers[c]]
-    if not work:
-        return
-    producers: dict[int, dict[str, int]] = {}
-    init_at: dict[int, dict[str, int]] = {}
-    drop_nodes: dict[int, set[int]] = {}
-    drop_inits: dict[int, set[int]] = {}
-    seen: set[str] = set()
-    while work:
-        name = work.pop()
-        if name in seen or readers[name]:
-            continue
-        seen.add(name)
-        for gi, g in enumerate(graphs):
-            if gi not in init_at:
-                gin = {i.name for i in g.input}
-                init_at[gi] = {t.name: k for k, t in enumerate(g.initializer) if t.name not in gin}
-                producers[gi] = {outs[0]: k for k, outs in enumerate([n.output for n in g.node]) if len(outs) == 1}
-            if name in init_at[gi]:
-                drop_inits.setdefault(gi, set()).add(init_at[gi][name])
-            k = producers[gi].get(name)
-            if k is not None and k not in drop_nodes.setdefault(gi, set()):
-                drop_nodes[gi].add(k)
-                for x in g.node[k].input:
-                    if x:
-                        readers[x] -= 1
-                        work.append(x)
-    for gi, g in enumerate(graphs):
-        remove_indices(g.node, drop_nodes.get(gi))
-        remove_indices(g.initializer, drop_inits.get(gi))
+        for n in g.node:
+            counts.append(len(n.input))
+            ins += of(n.input)
+            out1.append(of(n.output)[0] if len(n.output) == 1 else -1)
+        gin = {i.name for i in g.input}
+        inits += of(t.name for t in g.initializer)
+        droppable += [t.name not in gin for t in g.initializer]
+        outs += of(o.name for o in g.output)
+    in_ids = np.array(ins, np.int64)
+    readers = np.bincount(in_ids, minlength=len(ids))
+    readers[np.array(outs, np.int64)] += 1
+    work = np.array([ids[c] for c in candidates if c in ids], np.int64)
+    gone_init, gone_node = dead_constants(readers, work, np.array(inits, np.int64), np.array(droppable, bool),
+                                          np.array(out1, np.int64), in_ids, np.array(counts, np.int64))
+    at_node = at_init = 0
+    for g in graphs:
+        n, k = len(g.node), len(g.initializer)
+        remove_indices(g.node, set(np.flatnonzero(gone_node[at_node:at_node + n]).tolist()))
+        remove_indices(g.initializer, set(np.flatnonzero(gone_init[at_init:at_init + k]).tolist()))
+        at_node, at_init = at_node + n, at_init + k
 
 
 def drop_stale_value_info(graphs: list) -> None:
@@ -222,19 +239,8 @@ def drop_unused_functions(model) -> None:
     moved from the custom target to another) are removed."""
     if not any(f.domain == C.DOMAIN for f in model.functions):
         return  # none of ours to drop: no walk over the model
-    used: set[str] = set()
-
-    def scan(nodes):
-        for n in nodes:
-            if n.domain == C.DOMAIN:
-                used.add(n.op_type)
-            for _, g in subgraphs(n):
-                scan(g.node)
-
-    scan(model.graph.node)
-    for f in model.functions:
-        if f.domain != C.DOMAIN:
-            scan(f.node)
+    bodies = [g.node for _, g in iter_graphs(model)] + [f.node for f in model.functions if f.domain != C.DOMAIN]
+    used = {n.op_type for nodes in bodies for n in nodes if n.domain == C.DOMAIN}
     keep = [f for f in model.functions if f.domain != C.DOMAIN or f.name in used]
     if len(keep) != len(model.functions):
         del model.functions[:]
