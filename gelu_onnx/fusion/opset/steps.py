@@ -18,6 +18,8 @@ A step is one of
 """
 from __future__ import annotations
 
+import functools
+
 from onnx import NodeProto, defs
 
 from .adapters import ADAPT
@@ -104,13 +106,11 @@ REFUSED: dict[tuple[str, int], str] = {
 }
 
 
+@functools.cache
 def versions(op: str) -> list[int]:
     """The opsets at which the default-domain ``op`` got a new schema."""
-    cache = versions.__dict__.setdefault("cache", {})
-    if op not in cache:
-        cache[op] = sorted({s.since_version for s in defs.get_all_schemas_with_history()
-                            if s.name == op and s.domain == ""})
-    return cache[op]
+    return sorted({s.since_version for s in defs.get_all_schemas_with_history()
+                   if s.name == op and s.domain == ""})
 
 
 def previous(op: str, v: int) -> int:
