@@ -44,10 +44,6 @@ class Candidate:
     # regions by anchor, then single-op GELUs, then legacy plugin nodes
     order: tuple = (0, 0)
 
-    @property
-    def has_bias(self) -> bool:
-        return self.legacy_bias is not None if self.legacy else bool(self.match.bias)
-
 
 @dataclass
 class Selected:
@@ -66,6 +62,12 @@ class Selected:
     @property
     def use_bias(self) -> bool:
         return self.emission.inputs_bias
+
+    @property
+    def removed(self) -> list[int]:
+        """The nodes the rewrite replaces: the region's, and the bias Add folded in."""
+        mt = self.match
+        return [*mt.nodes, *([mt.bias_node] if self.use_bias and mt.bias_node is not None else [])]
 
 
 @dataclass
@@ -224,9 +226,7 @@ def replaced(plan: Plan, target: Target) -> frozenset[str]:
     out: set[str] = set()
     for g in plan.graphs:
         for s in g.selected:
-            mt = s.match
-            nodes = [*mt.nodes, *([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])]
-            out.update(o for i in nodes for o in g.index.node(i).output)
+            out.update(o for i in s.removed for o in g.index.node(i).output)
         g.selected = []
     return frozenset(out)
 
@@ -261,7 +261,8 @@ def _decide(idx, c: Candidate, target: Target):
     why = target.unsupported(mt.form, ct)
     if why:
         return "miss", NearMiss(idx.path, idx.label(mt.anchor), why.code, why.reason, mt.form)
-    use_bias = c.has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
+    has_bias = c.legacy_bias is not None if c.legacy else bool(mt.bias)
+    use_bias = has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
     em = target.emission(mt.form, use_bias, mt.alpha)
     if mt.single_op is not None and single_op.already_target(mt, em, use_bias):
         return "already", record(idx, mt, em.qualified, use_bias, ct)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto, helper
 
-from .emit import node_bytes
+from .emit import new_node
 from .graph import node_fields
 from ..match.numeric import region_key, region_types
 from ...onnxio.format import len_field
@@ -94,7 +94,7 @@ def check_model(model: ModelProto, plan) -> bytes | None:
             inserts.append((max(w.nodes), 0, _single(w, tx, troot, zero(tx, rank), fresh)))
     for last, x, root, key in firsts:
         tx, troot, rank = classes[key]
-        body = b"".join(len_field(node_bytes("Add", [n, zero(et, rank)], [fresh(f"{n}_check")]))
+        body = b"".join(_field("Add", [n, zero(et, rank)], [fresh(f"{n}_check")])
                         for n, et in ((x, tx), (root, troot)))
         inserts.append((last, 2, body))
     if gone.sum() < MIN_SAVED_SHARE * t.n:
@@ -110,10 +110,14 @@ def check_model(model: ModelProto, plan) -> bytes | None:
 
 def _single(mt, tx, troot, zero: str, fresh) -> bytes:
     if tx == troot:
-        return len_field(node_bytes("Add", [mt.leaf, zero], [mt.root]))
+        return _field("Add", [mt.leaf, zero], [mt.root])
     tmp = fresh(f"{mt.root}_check")
-    return (len_field(node_bytes("Add", [mt.leaf, zero], [tmp]))
-            + len_field(node_bytes("Cast", [tmp], [mt.root], to=troot)))
+    return _field("Add", [mt.leaf, zero], [tmp]) + _field("Cast", [tmp], [mt.root], to=troot)
+
+
+def _field(op: str, ins: list[str], outs: list[str], **ints) -> bytes:
+    """A default-domain node with INT attributes as a graph's node field."""
+    return len_field(new_node(op, ins, outs, None, **ints).SerializeToString())
 
 
 def _other_fields(s, gval: int, gend: int) -> bytes:

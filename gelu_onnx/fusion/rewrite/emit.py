@@ -58,7 +58,7 @@ def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: 
     """Add(x, bias) written out, then ``em`` without a bias: for a bias the
     target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
     biased = names(f"{m.leaf}_biased")
-    add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
+    add = new_node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
     return [add] + write(em, biased, None, m, compute_type, names, graph)
 
 
@@ -71,7 +71,7 @@ def write(em: Emission, x: str, bias: str | None, m: Match, compute_type: int, n
     nodes: list[NodeProto] = []
     if m.leaf_type != compute_type:
         cx = names(f"{x}_cast")
-        nodes.append(_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
+        nodes.append(new_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
         x = cx
     local = {"x": x, "bias": bias}
     for key, value in em.consts.items():
@@ -84,11 +84,11 @@ def write(em: Emission, x: str, bias: str | None, m: Match, compute_type: int, n
             out = names(f"{m.root}_{n.output}")
         else:
             out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
-        nodes.append(_node(n.op_type, [local[i] for i in n.inputs], [out], names(f"{m.root}_{n.op_type}"),
+        nodes.append(new_node(n.op_type, [local[i] for i in n.inputs], [out], names(f"{m.root}_{n.op_type}"),
                            n.domain or None, **n.attrs))
         local[n.output] = out
     if out != m.root:
-        nodes.append(_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
+        nodes.append(new_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
     return nodes
 
 
@@ -112,7 +112,7 @@ def _bias_1d(idx, m: Match, names: NameGen, dead: set) -> str:
     return flat.name
 
 
-def _node(op_type: str, inputs, outputs, name: str, domain: str | None = None, **attrs) -> NodeProto:
+def new_node(op_type: str, inputs, outputs, name: str | None, domain: str | None = None, **attrs) -> NodeProto:
     """helper.make_node's result, without its per-attribute type sniffing
     (abc isinstance checks: most of the rewrite's time on big graphs)."""
     node = NodeProto(op_type=op_type, input=inputs, output=outputs, name=name)
@@ -180,6 +180,8 @@ def dead_constants(readers: np.ndarray, work: np.ndarray, init_name: np.ndarray,
             break
         seen[work] = True
         new = seen[out1] & ~gone
+        if not new.any():
+            break
         gone |= new
         ins = in_ids[np.repeat(new, in_count)]
         ins = ins[ins != 0]
@@ -245,11 +247,3 @@ def drop_unused_functions(model) -> None:
     if len(keep) != len(model.functions):
         del model.functions[:]
         model.functions.extend(keep)
-
-
-def node_bytes(op: str, ins: list[str], outs: list[str], **ints) -> bytes:
-    """A serialized default-domain node with INT attributes (the check models' Add and Cast)."""
-    n = NodeProto(op_type=op, input=ins, output=outs)
-    for k, v in ints.items():
-        n.attribute.add(name=k, i=v, type=AttributeProto.INT)
-    return n.SerializeToString()

@@ -33,12 +33,10 @@ def _emit_all(g, names, dead: set) -> list:
         mt, c = s.match, s.candidate
         if c.legacy:
             nodes = single_op.legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph)
-            removed = list(mt.nodes)
         else:
             nodes = emit_nodes(idx, mt, s.emission, s.compute_type, s.use_bias, names, dead)
-            removed = list(mt.nodes) + ([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])
             dead.update(mt.consts)
-        edits.append((max(mt.nodes), b"".join(len_field(n.SerializeToString()) for n in nodes), removed))
+        edits.append((max(mt.nodes), b"".join(len_field(n.SerializeToString()) for n in nodes), s.removed))
         read.extend(x for n in nodes for x in n.input if x)
         written.extend(x for n in nodes for x in n.output if x)
     ids = [t.scan.find_many(x).astype(np.int64) for x in (read, written)]  # one call each: ~1 µs a name
@@ -63,7 +61,7 @@ def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set, ti
     readers = np.bincount(s.in_ids[np.repeat(keep, t.in_count)], minlength=len(t.names))
     readers += np.bincount(read, minlength=len(t.names))  # a name read once is enough to keep it
     readers[s.output_name] += 1
-    out1 = np.full(n, -1, np.int64)
+    out1 = np.full(n, -1, np.int32)
     one = np.flatnonzero(keep & (t.out_count == 1))
     out1[one] = s.out_ids[s.node_out_off[one]]
     work = s.find_many(sorted(dead)).astype(np.int64)
