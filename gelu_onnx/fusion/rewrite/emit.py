@@ -168,7 +168,8 @@ def dead_constants(readers: np.ndarray, work: np.ndarray, init_name: np.ndarray,
     nothing reads (``readers``: reads per name id, updated here), then
     whatever only those read, as masks of the initializers (named
     ``init_name``; only the ``init_droppable`` ones) and of the nodes
-    (``out1``: a node's only output, -1 for other nodes) that define them.
+    (``out1``: a node's only output; for other nodes -1, or 0: the empty
+    name, never dead) that define them.
     One implementation for the main graph (its scan's arrays) and for every
     graph of a model with subgraphs (drop_dead_constants)."""
     seen = np.zeros(len(readers) + 1, bool)  # out1's -1 reads the extra slot: never seen
@@ -196,27 +197,26 @@ def drop_dead_constants(candidates: set[str], graphs: list) -> None:
     the protos; the dead nodes and initializers are deleted."""
     if not candidates:
         return
-    ids: dict[str, int] = {"": 0}
+    nodes = [n for g in graphs for n in g.node]
+    node_ins = [n.input for n in nodes]
+    ins = list(chain.from_iterable(node_ins))
+    out1 = [o[0] if len(o) == 1 else "" for o in [n.output for n in nodes]]
+    inits = [t.name for g in graphs for t in g.initializer]
+    outs = [o.name for g in graphs for o in g.output]
+    names = dict.fromkeys(chain([""], ins, out1, inits, outs))
+    ids = dict(zip(names, range(len(names))))
 
-    def of(names) -> list[int]:
-        return [ids.setdefault(x, len(ids)) for x in names]
+    def of(xs: list[str]) -> np.ndarray:
+        return np.fromiter(map(ids.__getitem__, xs), np.int64, len(xs))
 
-    ins, counts, out1, inits, droppable, outs = [], [], [], [], [], []
-    for g in graphs:
-        for n in g.node:
-            counts.append(len(n.input))
-            ins += of(n.input)
-            out1.append(of(n.output)[0] if len(n.output) == 1 else -1)
-        gin = {i.name for i in g.input}
-        inits += of(t.name for t in g.initializer)
-        droppable += [t.name not in gin for t in g.initializer]
-        outs += of(o.name for o in g.output)
-    in_ids = np.array(ins, np.int64)
+    in_ids = of(ins)
     readers = np.bincount(in_ids, minlength=len(ids))
-    readers[np.array(outs, np.int64)] += 1
-    work = np.array([ids[c] for c in candidates if c in ids], np.int64)
-    gone_init, gone_node = dead_constants(readers, work, np.array(inits, np.int64), np.array(droppable, bool),
-                                          np.array(out1, np.int64), in_ids, np.array(counts, np.int64))
+    readers[of(outs)] += 1
+    gin = [{i.name for i in g.input} for g in graphs]
+    droppable = np.array([t.name not in gin[k] for k, g in enumerate(graphs) for t in g.initializer], bool)
+    work = of([c for c in candidates if c in ids])
+    gone_init, gone_node = dead_constants(readers, work, of(inits), droppable, of(out1), in_ids,
+                                          np.fromiter(map(len, node_ins), np.int64, len(nodes)))
     at_node = at_init = 0
     for g in graphs:
         n, k = len(g.node), len(g.initializer)
