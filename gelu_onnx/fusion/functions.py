@@ -29,16 +29,13 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, helper
 from .. import contract as C
 from ..errors import InputError
 from .match.single_op import describe
-from .ops import ANCHOR_OPS
-from .targets import add_functions, ensure_opset, make_function
+from .ops import ANCHOR_OPS, DEFAULT_DOMAINS, is_default_domain
+from .targets import add_functions, default_opset, ensure_opset, make_function
 from ..onnxio.walk import subgraphs, walk_graphs
 
 if TYPE_CHECKING:
     from .report import FuseResult
     from .targets import Target
-
-_DEFAULT = ("", "ai.onnx")
-
 
 @dataclass
 class FunctionPlan:
@@ -52,7 +49,7 @@ def _holds_anchor(nodes) -> bool:
     """An Erf/Tanh/Sigmoid a spelled GELU hangs on, or a GELU already written
     as one op (the TorchScript exporter at opset 20 puts Gelu in the functions)."""
     for n in nodes:
-        if (n.domain in _DEFAULT and n.op_type in ANCHOR_OPS) or describe(n) is not None:
+        if (is_default_domain(n) and n.op_type in ANCHOR_OPS) or describe(n) is not None:
             return True
         for _, g in subgraphs(n):
             if _holds_anchor(g.node):
@@ -97,7 +94,7 @@ def _declared_types(model: ModelProto) -> dict[str, int]:
         for t in g.initializer:
             types[t.name] = t.data_type
         for n in g.node:
-            if n.op_type == "Constant" and n.domain in _DEFAULT:
+            if n.op_type == "Constant" and is_default_domain(n):
                 for a in n.attribute:
                     if a.name == "value":
                         types[n.output[0]] = a.t.data_type
@@ -115,7 +112,7 @@ def _function_graphs(f: FunctionProto):
 
 def _body_model(f: FunctionProto, in_types: list[int | None], ir_version: int) -> ModelProto:
     g = helper.make_graph(
-        [_copy(n) for n in f.node], f.name,
+        f.node, f.name,
         [helper.make_tensor_value_info(x, t or 0, None) for x, t in zip(f.input, in_types)],
         [onnx.ValueInfoProto(name=y) for y in f.output])
     m = helper.make_model(g, opset_imports=list(f.opset_import), ir_version=max(ir_version, C.MIN_IR_FOR_FUNCTIONS))
@@ -124,12 +121,6 @@ def _body_model(f: FunctionProto, in_types: list[int | None], ir_version: int) -
     except Exception:  # best effort: without types CastLike constants stay unresolved (no fusion)
         pass
     return m
-
-
-def _copy(n: NodeProto) -> NodeProto:
-    c = NodeProto()
-    c.CopyFrom(n)
-    return c
 
 
 def _bias_only_at_call_site(f: FunctionProto, res: FuseResult, target: Target) -> bool:
@@ -147,7 +138,7 @@ def _bias_only_at_call_site(f: FunctionProto, res: FuseResult, target: Target) -
         outs = {o for n in region for o in n.output}
         for x in {i for n in region for i in n.input} - outs:
             p = producer.get(x)
-            if p is not None and p.op_type == "Add" and p.domain in _DEFAULT and inputs.intersection(p.input):
+            if p is not None and p.op_type == "Add" and is_default_domain(p) and inputs.intersection(p.input):
                 return True
     return False
 
@@ -183,7 +174,7 @@ def refuse_foreign_functions(model: ModelProto) -> None:
         if f.name not in C.FORM_OF_OP_TYPE:
             raise InputError(f"the model defines a function {name}, in gelu-onnx's domain but not one of its ops; "
                              "refusing it: rename its domain")
-        imports = [i.version for i in f.opset_import if i.domain in _DEFAULT]
+        imports = [i.version for i in f.opset_import if i.domain in DEFAULT_DOMAINS]
         got = f.SerializeToString()
         if len(imports) != 1 or not any(make_function(f.name, imports[0], et).SerializeToString() == got
                                         for et in (None, *C.FLOAT_DTYPES)):
@@ -202,8 +193,7 @@ def fuse_functions(model: ModelProto, target: Target, res: FuseResult, fuse_body
     target)`` is the library's fuse_with_report; fusions and near-misses go
     into ``res`` labelled with the function and its call sites."""
     plan = FunctionPlan()
-    ours = {C.DOMAIN}
-    cands = [f for f in model.functions if f.domain not in ours and _holds_anchor(f.node)]
+    cands = [f for f in model.functions if f.domain != C.DOMAIN and _holds_anchor(f.node)]
     if not cands:
         return model, plan
     calls: list[tuple[str, NodeProto]] = []
@@ -228,21 +218,15 @@ def fuse_functions(model: ModelProto, target: Target, res: FuseResult, fuse_body
             continue
         body = _body_model(f, types, model.ir_version)
         got = fuse_body(body, target)
-        if not got.fusions:
-            for nm in got.near_misses:
-                nm.graph = _label(f, names) + (f"/{nm.graph}" if nm.graph else "")
-                res.near_misses.append(nm)
-            continue
         if _bias_only_at_call_site(f, got, target):
             inline.append(f)
             continue
-        _put_back(model, f, got.model)  # a raised opset: proven on the body; the rest by files.fuse_with_report
-        for fu in got.fusions:
-            fu.graph = _label(f, names) + (f"/{fu.graph}" if fu.graph else "")
-            res.fusions.append(fu)
-        for nm in got.near_misses:
-            nm.graph = _label(f, names) + (f"/{nm.graph}" if nm.graph else "")
-            res.near_misses.append(nm)
+        if got.fusions:  # a raised opset: proven on the body; the rest by files.fuse_with_report
+            _put_back(model, f, got.model)
+        found = [(fu, res.fusions) for fu in got.fusions] + [(nm, res.near_misses) for nm in got.near_misses]
+        for item, into in found:
+            item.graph = _label(f, names) + (f"/{item.graph}" if item.graph else "")
+            into.append(item)
     if not inline:
         return model, plan
     for f in inline:  # the inliner names copies "<node name>__k": give every body node a name to carry
@@ -287,10 +271,6 @@ def label_inlined(res, plan: FunctionPlan) -> None:
             break
 
 
-def _default(imports) -> int:
-    return next((i.version for i in imports if i.domain in _DEFAULT), 0)
-
-
 def _put_back(model: ModelProto, f: FunctionProto, fused: ModelProto) -> None:
     """The fused body becomes f's body; its new opset imports and model-local
     functions (our op's math) go to f and to the model. A function has no
@@ -301,12 +281,12 @@ def _put_back(model: ModelProto, f: FunctionProto, fused: ModelProto) -> None:
     f.node.extend(fused.graph.node)
     have = {i.domain for i in f.opset_import}
     for imp in f.opset_import:  # `standard` may have raised the body's default opset (proven there)
-        if imp.domain in _DEFAULT:
-            imp.version = max(imp.version, _default(fused.opset_import))
+        if imp.domain in DEFAULT_DOMAINS:
+            imp.version = max(imp.version, default_opset(fused))
     for imp in fused.opset_import:
-        if imp.domain not in have and imp.domain not in _DEFAULT:
+        if imp.domain not in have and imp.domain not in DEFAULT_DOMAINS:
             f.opset_import.append(helper.make_opsetid(imp.domain, imp.version))
-        if imp.domain not in _DEFAULT:
+        if imp.domain not in DEFAULT_DOMAINS:
             ensure_opset(model, imp.domain, imp.version)
     produced = {o for n in f.node for o in n.output} | set(f.input)
     keep = [vi for vi in getattr(f, "value_info", ()) if vi.name in produced]

@@ -44,10 +44,6 @@ class Candidate:
     # regions by anchor, then single-op GELUs, then legacy plugin nodes
     order: tuple = (0, 0)
 
-    @property
-    def has_bias(self) -> bool:
-        return self.legacy_bias is not None if self.legacy else bool(self.match.bias)
-
 
 @dataclass
 class Selected:
@@ -67,6 +63,12 @@ class Selected:
     def use_bias(self) -> bool:
         return self.emission.inputs_bias
 
+    @property
+    def removed(self) -> list[int]:
+        """The nodes the rewrite replaces: the region's, and the bias Add folded in."""
+        mt = self.match
+        return [*mt.nodes, *([mt.bias_node] if self.use_bias and mt.bias_node is not None else [])]
+
 
 @dataclass
 class GraphPlan:
@@ -83,9 +85,6 @@ class Plan:
 
     graphs: list[GraphPlan]
     opset: int
-
-    def selected(self) -> list[Selected]:
-        return [s for g in self.graphs for s in g.selected]
 
 
 def plan(model: ModelProto, base_dir: str | None = None, table=None, may_sort: bool = True) -> Plan:
@@ -227,9 +226,7 @@ def replaced(plan: Plan, target: Target) -> frozenset[str]:
     out: set[str] = set()
     for g in plan.graphs:
         for s in g.selected:
-            mt = s.match
-            nodes = [*mt.nodes, *([mt.bias_node] if s.use_bias and mt.bias_node is not None else [])]
-            out.update(o for i in nodes for o in g.index.node(i).output)
+            out.update(o for i in s.removed for o in g.index.node(i).output)
         g.selected = []
     return frozenset(out)
 
@@ -247,21 +244,11 @@ def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]
     target's op go to ``res``. Returns the dtypes of the model-local function
     bodies the target writes (see _function_dtypes)."""
     for g in plan.graphs:
-        idx = g.index
-        misses: list[tuple] = []  # (order, NearMiss): in candidate order, as the report lists them
-        already: list[tuple] = []
-        for c in g.candidates:
-            kind, what = _decide(idx, c, target)
-            if kind == "miss":
-                misses.append((c.order, what))
-            elif kind == "already":
-                already.append((c.order, what))
-            else:
-                g.selected.append(what)
-        misses.sort(key=lambda kv: kv[0])
-        already.sort(key=lambda kv: kv[0])
-        res.near_misses.extend(v for _, v in misses)
-        res.already.extend(v for _, v in already)
+        decided = [(c.order, *_decide(g.index, c, target)) for c in g.candidates]
+        g.selected.extend(what for _, kind, what in decided if kind == "selected")
+        decided.sort(key=lambda d: d[0])  # the report lists them in candidate order
+        res.near_misses.extend(what for _, kind, what in decided if kind == "miss")
+        res.already.extend(what for _, kind, what in decided if kind == "already")
         res.near_misses.extend(g.misses)
     return _function_dtypes(plan, target)
 
@@ -274,7 +261,8 @@ def _decide(idx, c: Candidate, target: Target):
     why = target.unsupported(mt.form, ct)
     if why:
         return "miss", NearMiss(idx.path, idx.label(mt.anchor), why.code, why.reason, mt.form)
-    use_bias = c.has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
+    has_bias = c.legacy_bias is not None if c.legacy else bool(mt.bias)
+    use_bias = has_bias and target.takes_bias(mt.form) and ct == mt.leaf_type
     em = target.emission(mt.form, use_bias, mt.alpha)
     if mt.single_op is not None and single_op.already_target(mt, em, use_bias):
         return "already", record(idx, mt, em.qualified, use_bias, ct)
@@ -285,10 +273,13 @@ def report(plan: Plan, target: Target, res: FuseResult) -> None:
     """What rewrite() would record, without changing anything (inspect)."""
     select(plan, target, res)
     for g in plan.graphs:
-        keyed = [(s.candidate.order, record(g.index, s.match, s.emission.qualified, s.use_bias, s.compute_type))
-                 for s in g.selected]
-        keyed.sort(key=lambda kv: kv[0])
-        res.fusions.extend(f for _, f in keyed)
+        _record(g, res)
+
+
+def _record(g: GraphPlan, res: FuseResult) -> None:
+    """The fusions of ``g`` in candidate order."""
+    for s in sorted(g.selected, key=lambda s: s.candidate.order):
+        res.fusions.append(record(g.index, s.match, s.emission.qualified, s.use_bias, s.compute_type))
 
 
 def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
@@ -299,7 +290,7 @@ def _function_dtypes(plan: Plan, target: Target) -> dict[str, int | None]:
     own dtype, is then added in front)."""
     if not target.writes_functions:
         return {}
-    chosen = plan.selected()
+    chosen = [s for g in plan.graphs for s in g.selected]
     if not target.typed_functions(plan.opset):
         return {op: None for s in chosen for op in _own_ops(s.emission)}
     while True:
@@ -339,7 +330,8 @@ def rewrite(m: ModelProto, plan: Plan, target: Target, res: FuseResult, before_e
     nested = len(plan.graphs) > 1 or bool(plan.graphs[0].index.nested)
     for g in plan.graphs:  # inner graphs first: a parent then writes its nodes' new bodies
         if g.selected:
-            rewrite_graph(g, names, res, dead, tidy=not nested)
+            rewrite_graph(g, names, dead, tidy=not nested)
+            _record(g, res)
     if not res.fusions:
         return
     if nested:  # names cross scopes: dead constants and stale value_info over every graph

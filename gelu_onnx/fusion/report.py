@@ -15,6 +15,7 @@ JSON keeps them all.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -162,13 +163,10 @@ class FuseResult:
     input_check: bytes | None = field(default=None, repr=False)
 
     def summary(self) -> dict:
-        by_form: dict[str, int] = {}
-        for f in self.fusions:
-            by_form[f.form] = by_form.get(f.form, 0) + 1
         return {
             "target": self.target,
             "fused": len(self.fusions),
-            "by_form": by_form,
+            "by_form": dict(Counter(f.form for f in self.fusions)),
             "near_misses": len(self.near_misses),
             "gelu_like_near_misses": sum(n.gelu_like for n in self.near_misses),
             "already_target_ops": len(self.already),

@@ -12,6 +12,7 @@ from onnx import AttributeProto, FunctionProto, ModelProto, NodeProto, TensorPro
 
 from .. import contract as C
 from ..errors import InputError
+from .ops import DEFAULT_DOMAINS
 from .report import Code
 
 TargetName = Literal["custom", "standard", "ort"]
@@ -265,17 +266,12 @@ def get(target: "str | Target") -> Target:
 
 
 def ensure_opset(model: ModelProto, domain: str, version: int) -> None:
-    for imp in model.opset_import:
-        if imp.domain == domain:
-            return
-    model.opset_import.append(helper.make_opsetid(domain, version))
+    if not any(imp.domain == domain for imp in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(domain, version))
 
 
 def default_opset(model: ModelProto) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
+    return next((imp.version for imp in model.opset_import if imp.domain in DEFAULT_DOMAINS), 0)
 
 
 def add_functions(model: ModelProto, funcs) -> None:
@@ -344,12 +340,5 @@ def make_function(op_type: str, opset: int, elem_type: int | None) -> FunctionPr
         t = op("Mul", [x, "alpha"], "t0")
         t = op("Sigmoid", [t], "t1")
         op("Mul", [x, t], "Y")
-    return helper.make_function(
-        C.DOMAIN,
-        op_type,
-        ["X", "bias"] if bias else ["X"],
-        ["Y"],
-        nodes,
-        [helper.make_opsetid("", opset)],
-        [C.ATTR_ALPHA] if form == "sigmoid" else [],
-    )
+    return helper.make_function(C.DOMAIN, op_type, ["X", "bias"] if bias else ["X"], ["Y"], nodes,
+                                [helper.make_opsetid("", opset)], [C.ATTR_ALPHA] if form == "sigmoid" else [])

@@ -32,7 +32,7 @@ class Ctx(Protocol):
 
 
 def _pop(node: NodeProto, name: str):
-    a = next((a for a in node.attribute if a.name == name), None)
+    a = _get(node, name)
     if a is not None:
         node.attribute.remove(a)
     return a
@@ -61,7 +61,6 @@ def _attrs_to_inputs(*names: str, first: int = 1) -> Callable:
             out.append(c)
             _set_input(node, first + k, c.output[0])
         return out + [node]
-    adapt.__doc__ = f"{', '.join(names)}: attribute -> input"
     return adapt
 
 
@@ -159,11 +158,6 @@ def softmax_13(node: NodeProto, ctx: Ctx) -> list[NodeProto]:
     node.attribute.append(helper.make_attribute("axis", -1))
     back = ctx.node("Reshape", [node.output[0], shape.output[0]], [y], allowzero=1)
     return [shape, flat, node, back]
-
-
-def split_13(node: NodeProto, ctx: Ctx) -> list[NodeProto]:
-    """Split-13: split sizes move to an input."""
-    return _attrs_to_inputs("split")(node, ctx)
 
 
 def split_18(node: NodeProto, ctx: Ctx) -> list[NodeProto]:
@@ -270,7 +264,7 @@ ADAPT: dict[tuple[str, int], Callable] = {
     ("BatchNormalization", 9): batchnorm_9,
     **{(op, 13): softmax_13 for op in ("Softmax", "LogSoftmax", "Hardmax")},
     **{(op, 13): _attrs_to_inputs("axes") for op in ("Squeeze", "Unsqueeze", "ReduceSum")},
-    ("Split", 13): split_13,
+    ("Split", 13): _attrs_to_inputs("split"),
     ("Split", 18): split_18,
     **{(op, 18): _attrs_to_inputs("axes") for op in _REDUCE_18},
     ("RoiAlign", 16): roi_align_16,

@@ -18,6 +18,8 @@ A step is one of
 """
 from __future__ import annotations
 
+import functools
+
 from onnx import NodeProto, defs
 
 from .adapters import ADAPT
@@ -53,8 +55,8 @@ REVIEWED: dict[tuple[str, int], tuple[str, object]] = {
        for op in ("Max", "Min", "Mean", "Sum")},
     ("If", 11): ("branches may produce different shapes; same values", None),
     ("Loop", 11): ("rewords the optional M/cond inputs; same signature", None),
-    ("ArgMax", 12): ("adds select_last_index (default 0 = first index, as before)", None),
-    ("ArgMin", 12): ("adds select_last_index (default 0 = first index, as before)", None),
+    **{(op, 12): ("adds select_last_index (default 0 = first index, as before)", None)
+       for op in ("ArgMax", "ArgMin")},
     ("AveragePool", 10): ("adds ceil_mode (default 0 = floor, as before)", None),
     ("AveragePool", 19): ("adds dilations (default 1)", None),
     ("MaxPool", 8): ("adds storage_order and the optional Indices output", None),
@@ -66,12 +68,11 @@ REVIEWED: dict[tuple[str, int], tuple[str, object]] = {
     ("Constant", 11): ("adds sparse_value", None),
     ("Constant", 12): ("adds value_float(s)/value_int(s)/value_string(s)", None),
     ("DepthToSpace", 11): ("adds mode (default DCR, the old order)", None),
-    ("DequantizeLinear", 13): ("adds axis; per-tensor scales (all opset 10 allows) ignore it", None),
-    ("QuantizeLinear", 13): ("adds axis; per-tensor scales (all opset 10 allows) ignore it", None),
+    **{(op, 13): ("adds axis; per-tensor scales (all opset 10 allows) ignore it", None)
+       for op in ("DequantizeLinear", "QuantizeLinear")},
     ("DequantizeLinear", 19): ("adds float8 types", None),
-    ("QuantizeLinear", 19): ("adds float8 types and saturate (only for float8 outputs)", None),
-    ("Cast", 19): ("adds float8 types and saturate (only for float8 outputs)", None),
-    ("CastLike", 19): ("adds float8 types and saturate (only for float8 outputs)", None),
+    **{(op, 19): ("adds float8 types and saturate (only for float8 outputs)", None)
+       for op in ("QuantizeLinear", "Cast", "CastLike")},
     ("GatherND", 12): ("adds batch_dims (default 0 = the old rule)", None),
     ("Gemm", 11): ("C becomes optional", None),
     **{(op, 14): ("adds layout (default 0 = the old layout)", None) for op in ("GRU", "LSTM", "RNN")},
@@ -79,8 +80,7 @@ REVIEWED: dict[tuple[str, int], tuple[str, object]] = {
     ("Reshape", 14): ("adds allowzero (default 0 = the old rule)", None),
     ("Shape", 15): ("adds start/end (default: the whole shape)", None),
     ("Identity", 14): ("adds sequence types", None),
-    ("OptionalHasElement", 18): ("accepts plain tensors too", None),
-    ("OptionalGetElement", 18): ("accepts plain tensors too", None),
+    **{(op, 18): ("accepts plain tensors too", None) for op in ("OptionalHasElement", "OptionalGetElement")},
     **{(op, 16): ("adds reduction (default none = overwrite)", None) for op in ("ScatterElements", "ScatterND")},
     **{(op, 18): ("adds reduction max/min", None) for op in ("ScatterElements", "ScatterND")},
     ("Pad", 18): ("adds the optional axes input (absent: all axes)", None),
@@ -104,13 +104,11 @@ REFUSED: dict[tuple[str, int], str] = {
 }
 
 
+@functools.cache
 def versions(op: str) -> list[int]:
     """The opsets at which the default-domain ``op`` got a new schema."""
-    cache = versions.__dict__.setdefault("cache", {})
-    if op not in cache:
-        cache[op] = sorted({s.since_version for s in defs.get_all_schemas_with_history()
-                            if s.name == op and s.domain == ""})
-    return cache[op]
+    return sorted({s.since_version for s in defs.get_all_schemas_with_history()
+                   if s.name == op and s.domain == ""})
 
 
 def previous(op: str, v: int) -> int:

@@ -20,29 +20,20 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, 
 from ... import contract as C
 from ...errors import UnsupportedError
 from ...onnxio import lowest_ir_version
-from ...onnxio.walk import subgraphs
+from ...onnxio.walk import subgraphs, walk_graphs
 from .adapters import ADAPT, Refused
+from ..ops import DEFAULT_DOMAINS
 from .steps import REFUSED, REVIEWED, classify, previous, signature_preserved, type_only, versions
-
-_DEFAULT = ("", "ai.onnx")
-
-
-def _graphs_of(g: GraphProto):
-    yield g
-    for n in g.node:
-        for _, sub in subgraphs(n):
-            yield from _graphs_of(sub)
-
 
 def _function_bodies(f: FunctionProto):
     yield f
     for n in f.node:
         for _, sub in subgraphs(n):
-            yield from _graphs_of(sub)
+            yield from walk_graphs(sub)
 
 
 def _default_version(imports) -> int | None:
-    return next((i.version for i in imports if i.domain in _DEFAULT), None)
+    return next((i.version for i in imports if i.domain in DEFAULT_DOMAINS), None)
 
 
 class _Ctx:
@@ -76,7 +67,7 @@ class _Ctx:
         if self._types is None:
             self._types = {}
             inferred = _infer(self._model)
-            for g in _graphs_of(inferred.graph):
+            for g in walk_graphs(inferred.graph):
                 for vi in list(g.input) + list(g.value_info) + list(g.output):
                     self._types[vi.name] = vi.type
                 for t in g.initializer:
@@ -90,7 +81,7 @@ class _Ctx:
         have names of their own)."""
         if self._consts is None:
             found: dict[str, list] = {}
-            graphs = list(_graphs_of(self._model.graph))
+            graphs = list(walk_graphs(self._model.graph))
             inputs = {i.name for g in graphs for i in g.input}
             for g in graphs:
                 for t in g.initializer:
@@ -218,7 +209,7 @@ def _replacements(model: ModelProto, to: int, replaced: frozenset[str] = frozens
     Raises UnsupportedError on the first other refusal."""
     local = {(f.domain, f.name) for f in model.functions}
     ctx = _Ctx(model, _names(model))
-    scopes = [(_default_version(model.opset_import), "the model", list(_graphs_of(model.graph)), replaced)]
+    scopes = [(_default_version(model.opset_import), "the model", list(walk_graphs(model.graph)), replaced)]
     scopes += [(_default_version(f.opset_import), f"function {f.domain}.{f.name}", list(_function_bodies(f)),
                 frozenset()) for f in model.functions]
     todo, adapted, left = [], [], {}
@@ -228,7 +219,7 @@ def _replacements(model: ModelProto, to: int, replaced: frozenset[str] = frozens
         for c in reversed(containers):  # bodies first: a parent's rebuild then copies them adapted
             reps = {}
             for k, n in enumerate(c.node):
-                if n.domain not in _DEFAULT or (n.domain, n.op_type) in local:
+                if n.domain not in DEFAULT_DOMAINS or (n.domain, n.op_type) in local:
                     continue
                 before = len(adapted)
                 try:
@@ -268,7 +259,7 @@ def upgrade(model: ModelProto, to_opset: int = C.STANDARD_GELU_OPSET,
         c.node.extend(rebuilt)
     for imports in [model.opset_import] + [f.opset_import for f in model.functions]:
         for imp in imports:
-            if imp.domain in _DEFAULT and imp.version < to_opset:
+            if imp.domain in DEFAULT_DOMAINS and imp.version < to_opset:
                 imp.version = to_opset
     model.ir_version = max(model.ir_version, lowest_ir_version(model) or model.ir_version)
     return adapted, left
@@ -288,7 +279,7 @@ def _copy(n: NodeProto) -> NodeProto:
 
 def _names(model: ModelProto) -> set[str]:
     used: set[str] = set()
-    containers = list(_graphs_of(model.graph))
+    containers = list(walk_graphs(model.graph))
     for f in model.functions:
         containers.extend(_function_bodies(f))
         used.update(f.input)

@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto, helper
 
-from .emit import node_bytes
+from .emit import new_node
+from .graph import node_fields
 from ..match.numeric import region_key, region_types
 from ...onnxio.format import len_field
 from ..plan import MIN_SAVED_SHARE
@@ -93,12 +94,12 @@ def check_model(model: ModelProto, plan) -> bytes | None:
             inserts.append((max(w.nodes), 0, _single(w, tx, troot, zero(tx, rank), fresh)))
     for last, x, root, key in firsts:
         tx, troot, rank = classes[key]
-        body = b"".join(len_field(node_bytes("Add", [n, zero(et, rank)], [fresh(f"{n}_check")]))
+        body = b"".join(_field("Add", [n, zero(et, rank)], [fresh(f"{n}_check")])
                         for n, et in ((x, tx), (root, troot)))
         inserts.append((last, 2, body))
     if gone.sum() < MIN_SAVED_SHARE * t.n:
         return None
-    nodes = _nodes(s, ~gone, inserts)
+    nodes = node_fields(s, ~gone, inserts)
     inits = b"".join(len_field(helper.make_tensor(n, et, [1] * rank, [0]).SerializeToString(), 5)
                      for (et, rank), n in zeros.items())
     gstart, gval, gend = (int(v) for v in s.model_info)
@@ -109,31 +110,14 @@ def check_model(model: ModelProto, plan) -> bytes | None:
 
 def _single(mt, tx, troot, zero: str, fresh) -> bytes:
     if tx == troot:
-        return len_field(node_bytes("Add", [mt.leaf, zero], [mt.root]))
+        return _field("Add", [mt.leaf, zero], [mt.root])
     tmp = fresh(f"{mt.root}_check")
-    return (len_field(node_bytes("Add", [mt.leaf, zero], [tmp]))
-            + len_field(node_bytes("Cast", [tmp], [mt.root], to=troot)))
+    return _field("Add", [mt.leaf, zero], [tmp]) + _field("Cast", [tmp], [mt.root], to=troot)
 
 
-def _nodes(s, keep: np.ndarray, inserts: list) -> bytes:
-    """Kept node fields (runs of adjacent ones as one slice) and the inserted
-    ones: in a node's place (0) or right after it (2)."""
-    kept = np.flatnonzero(keep)
-    start, end = s.node_start, s.node_end
-    after = np.zeros(len(keep) + 1, bool)
-    for p, where, _ in inserts:
-        if where == 2:
-            after[p] = True
-    if len(kept):
-        brk = np.flatnonzero((np.diff(kept) != 1) | (start[kept[1:]] != end[kept[:-1]]) | after[kept[:-1]]) + 1
-        firsts, lasts = kept[np.r_[0, brk]], kept[np.r_[brk - 1, len(kept) - 1]]
-    else:
-        firsts = lasts = kept
-    data = s.data
-    items = [(int(f), 1, data[start[f]:end[la]]) for f, la in zip(firsts.tolist(), lasts.tolist())]
-    items += inserts
-    items.sort(key=lambda it: (it[0], it[1]))
-    return b"".join(body for _, _, body in items)
+def _field(op: str, ins: list[str], outs: list[str], **ints) -> bytes:
+    """A default-domain node with INT attributes as a graph's node field."""
+    return len_field(new_node(op, ins, outs, None, **ints).SerializeToString())
 
 
 def _other_fields(s, gval: int, gend: int) -> bytes:

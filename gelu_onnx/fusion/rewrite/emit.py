@@ -3,14 +3,13 @@ replacement as NodeProtos (emit_nodes), then the constants that only the
 removed GELU spellings used dropped; nothing else is touched."""
 from __future__ import annotations
 
-from collections import Counter
 from itertools import chain
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, helper
 
 from ... import contract as C
-from ...onnxio.walk import subgraphs
+from ...onnxio.walk import iter_graphs
 from ..match.bias import bias_initializer
 from ..report import Match
 from ..targets import Emission
@@ -59,7 +58,7 @@ def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: 
     """Add(x, bias) written out, then ``em`` without a bias: for a bias the
     target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
     biased = names(f"{m.leaf}_biased")
-    add = _node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
+    add = new_node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
     return [add] + write(em, biased, None, m, compute_type, names, graph)
 
 
@@ -72,7 +71,7 @@ def write(em: Emission, x: str, bias: str | None, m: Match, compute_type: int, n
     nodes: list[NodeProto] = []
     if m.leaf_type != compute_type:
         cx = names(f"{x}_cast")
-        nodes.append(_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
+        nodes.append(new_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
         x = cx
     local = {"x": x, "bias": bias}
     for key, value in em.consts.items():
@@ -85,11 +84,11 @@ def write(em: Emission, x: str, bias: str | None, m: Match, compute_type: int, n
             out = names(f"{m.root}_{n.output}")
         else:
             out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
-        nodes.append(_node(n.op_type, [local[i] for i in n.inputs], [out], names(f"{m.root}_{n.op_type}"),
+        nodes.append(new_node(n.op_type, [local[i] for i in n.inputs], [out], names(f"{m.root}_{n.op_type}"),
                            n.domain or None, **n.attrs))
         local[n.output] = out
     if out != m.root:
-        nodes.append(_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
+        nodes.append(new_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
     return nodes
 
 
@@ -113,7 +112,7 @@ def _bias_1d(idx, m: Match, names: NameGen, dead: set) -> str:
     return flat.name
 
 
-def _node(op_type: str, inputs, outputs, name: str, domain: str | None = None, **attrs) -> NodeProto:
+def new_node(op_type: str, inputs, outputs, name: str | None, domain: str | None = None, **attrs) -> NodeProto:
     """helper.make_node's result, without its per-attribute type sniffing
     (abc isinstance checks: most of the rewrite's time on big graphs)."""
     node = NodeProto(op_type=op_type, input=inputs, output=outputs, name=name)
@@ -163,47 +162,67 @@ def remove_indices(rep, drop) -> None:
     del rep[last:]
 
 
+def dead_constants(readers: np.ndarray, work: np.ndarray, init_name: np.ndarray, init_droppable: np.ndarray,
+                   out1: np.ndarray, in_ids: np.ndarray, in_count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``work`` (name ids of the constants the fused regions read), those
+    nothing reads (``readers``: reads per name id, updated here), then
+    whatever only those read, as masks of the initializers (named
+    ``init_name``; only the ``init_droppable`` ones) and of the nodes
+    (``out1``: a node's only output; for other nodes -1, or 0: the empty
+    name, never dead) that define them.
+    One implementation for the main graph (its scan's arrays) and for every
+    graph of a model with subgraphs (drop_dead_constants)."""
+    seen = np.zeros(len(readers) + 1, bool)  # out1's -1 reads the extra slot: never seen
+    gone = np.zeros(len(out1), bool)
+    while len(work):
+        work = np.unique(work)
+        work = work[(readers[work] == 0) & ~seen[work]]
+        if not len(work):
+            break
+        seen[work] = True
+        new = seen[out1] & ~gone
+        if not new.any():
+            break
+        gone |= new
+        ins = in_ids[np.repeat(new, in_count)]
+        ins = ins[ins != 0]
+        np.subtract.at(readers, ins, 1)
+        work = ins.astype(np.int64)
+    return seen[init_name] & init_droppable, gone
+
+
 def drop_dead_constants(candidates: set[str], graphs: list) -> None:
-    """Delete Constant/folded nodes and initializers among ``candidates`` (the
-    constants the fused regions read) that nothing reads any more in
-    ``graphs`` (every graph of the model), and then whatever only those read.
-    One walk counts the readers of every name; removals update the counts."""
+    """dead_constants over ``graphs`` (every graph of a model with
+    subgraphs, as rewritten: names cross scopes), their arrays read from
+    the protos; the dead nodes and initializers are deleted."""
     if not candidates:
         return
-    readers: Counter = Counter()
+    nodes = [n for g in graphs for n in g.node]
+    node_ins = [n.input for n in nodes]
+    ins = list(chain.from_iterable(node_ins))
+    out1 = [o[0] if len(o) == 1 else "" for o in [n.output for n in nodes]]
+    inits = [t.name for g in graphs for t in g.initializer]
+    outs = [o.name for g in graphs for o in g.output]
+    names = dict.fromkeys(chain([""], ins, out1, inits, outs))
+    ids = dict(zip(names, range(len(names))))
+
+    def of(xs: list[str]) -> np.ndarray:
+        return np.fromiter(map(ids.__getitem__, xs), np.int64, len(xs))
+
+    in_ids = of(ins)
+    readers = np.bincount(in_ids, minlength=len(ids))
+    readers[of(outs)] += 1
+    gin = [{i.name for i in g.input} for g in graphs]
+    droppable = np.array([t.name not in gin[k] for k, g in enumerate(graphs) for t in g.initializer], bool)
+    work = of([c for c in candidates if c in ids])
+    gone_init, gone_node = dead_constants(readers, work, of(inits), droppable, of(out1), in_ids,
+                                          np.fromiter(map(len, node_ins), np.int64, len(nodes)))
+    at_node = at_init = 0
     for g in graphs:
-        readers.update(chain.from_iterable([n.input for n in g.node]))
-        readers.update([o.name for o in g.output])
-    work = [c for c in candidates if not readers[c]]
-    if not work:
-        return
-    producers: dict[int, dict[str, int]] = {}
-    init_at: dict[int, dict[str, int]] = {}
-    drop_nodes: dict[int, set[int]] = {}
-    drop_inits: dict[int, set[int]] = {}
-    seen: set[str] = set()
-    while work:
-        name = work.pop()
-        if name in seen or readers[name]:
-            continue
-        seen.add(name)
-        for gi, g in enumerate(graphs):
-            if gi not in init_at:
-                gin = {i.name for i in g.input}
-                init_at[gi] = {t.name: k for k, t in enumerate(g.initializer) if t.name not in gin}
-                producers[gi] = {outs[0]: k for k, outs in enumerate([n.output for n in g.node]) if len(outs) == 1}
-            if name in init_at[gi]:
-                drop_inits.setdefault(gi, set()).add(init_at[gi][name])
-            k = producers[gi].get(name)
-            if k is not None and k not in drop_nodes.setdefault(gi, set()):
-                drop_nodes[gi].add(k)
-                for x in g.node[k].input:
-                    if x:
-                        readers[x] -= 1
-                        work.append(x)
-    for gi, g in enumerate(graphs):
-        remove_indices(g.node, drop_nodes.get(gi))
-        remove_indices(g.initializer, drop_inits.get(gi))
+        n, k = len(g.node), len(g.initializer)
+        remove_indices(g.node, set(np.flatnonzero(gone_node[at_node:at_node + n]).tolist()))
+        remove_indices(g.initializer, set(np.flatnonzero(gone_init[at_init:at_init + k]).tolist()))
+        at_node, at_init = at_node + n, at_init + k
 
 
 def drop_stale_value_info(graphs: list) -> None:
@@ -222,28 +241,9 @@ def drop_unused_functions(model) -> None:
     moved from the custom target to another) are removed."""
     if not any(f.domain == C.DOMAIN for f in model.functions):
         return  # none of ours to drop: no walk over the model
-    used: set[str] = set()
-
-    def scan(nodes):
-        for n in nodes:
-            if n.domain == C.DOMAIN:
-                used.add(n.op_type)
-            for _, g in subgraphs(n):
-                scan(g.node)
-
-    scan(model.graph.node)
-    for f in model.functions:
-        if f.domain != C.DOMAIN:
-            scan(f.node)
+    bodies = [g.node for _, g in iter_graphs(model)] + [f.node for f in model.functions if f.domain != C.DOMAIN]
+    used = {n.op_type for nodes in bodies for n in nodes if n.domain == C.DOMAIN}
     keep = [f for f in model.functions if f.domain != C.DOMAIN or f.name in used]
     if len(keep) != len(model.functions):
         del model.functions[:]
         model.functions.extend(keep)
-
-
-def node_bytes(op: str, ins: list[str], outs: list[str], **ints) -> bytes:
-    """A serialized default-domain node with INT attributes (the check models' Add and Cast)."""
-    n = NodeProto(op_type=op, input=ins, output=outs)
-    for k, v in ints.items():
-        n.attribute.add(name=k, i=v, type=AttributeProto.INT)
-    return n.SerializeToString()
