@@ -150,6 +150,11 @@ class Slices:
         return self._values[off[k]:off[k + 1]]
 
 
+def default_domain(table) -> np.ndarray:
+    """Per node, whether its domain is the default one (ops.DEFAULT_DOMAINS)."""
+    return np.isin(table.scan.node_dom, [table.kind_ids.get(d, -1) for d in DEFAULT_DOMAINS])
+
+
 def region_nodes(table) -> tuple[int, ...]:
     """Per node, 1 if it may be inside a GELU region, else 0: an op of
     ops.OPS in the default domain with one output and its arity of
@@ -159,10 +164,9 @@ def region_nodes(table) -> tuple[int, ...]:
     for op, spec in OPS.items():
         if op in ids:
             arity[ids[op]] = spec.arity
-    default = np.isin(s.node_dom, [ids.get("", -1), ids.get("ai.onnx", -1)])
     want = arity[s.node_op]
     omitted = any_per_node(s.in_ids == 0, s.node_in_off)
-    ok = default & (want >= 0) & (table.out_count == 1) & (table.in_count == want) & ~omitted
+    ok = default_domain(table) & (want >= 0) & (table.out_count == 1) & (table.in_count == want) & ~omitted
     return tuple(ok.astype(np.int8).tolist())
 
 
@@ -237,9 +241,9 @@ class GraphIndex:
         self.region_node_class = region_nodes(table)
         self.nested: list[int] = table.with_subgraphs  # nodes that hold subgraphs
         self.arrays = table
-        self._maybe_arr = None
-        # names that may be constants (maybe_constant): the matcher asks scalar_const of these only
-        self.const_names = frozenset(names[np.flatnonzero(self.maybe_constant())].tolist())
+        self.maybe_const = self._maybe_constant()  # per string id, _may_be_constant's answer
+        # the names that may be constants: the matcher asks scalar_const of these only
+        self.const_names = frozenset(names[np.flatnonzero(self.maybe_const)].tolist())
 
     # -- names ---------------------------------------------------------------
     def node(self, i: int) -> NodeProto:
@@ -326,19 +330,17 @@ class GraphIndex:
         i = self.name_ids.get(name, -1)
         if i < 0:  # not read or written here: an outer name, or none
             return self.parent is not None and self.parent._may_be_constant(name)
-        return bool(self.maybe_constant()[i])
+        return bool(self.maybe_const[i])
 
-    def maybe_constant(self):
+    def _maybe_constant(self) -> np.ndarray:
         """_may_be_constant of every string id of the graph (the same
         definition, over the scanner's arrays: a foldable node's outputs may
         be constant once all its inputs may be; repeated until nothing
         changes, as deep as the graph folds constants)."""
-        if self._maybe_arr is not None:
-            return self._maybe_arr
         t = self.arrays
         s, n = t.scan, t.n
         ids = t.kind_ids
-        default = np.isin(s.node_dom, [ids.get("", -1), ids.get("ai.onnx", -1)])
+        default = default_domain(t)
         const = default & (s.node_op == ids.get("Constant", -1))
         fold = default & np.isin(s.node_op, [ids[o] for o in _FOLD_THROUGH if o in ids])
         gin = np.zeros(len(t.names), bool)
@@ -366,7 +368,6 @@ class GraphIndex:
             if maybe[outs].all():
                 break
             maybe[outs] = True
-        self._maybe_arr = maybe
         return maybe
 
     def _resolve_constant(self, name: str) -> ConstInfo | None:

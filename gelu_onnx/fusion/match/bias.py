@@ -203,7 +203,7 @@ def _derived(idx: GraphIndex, name: str) -> str | None:
     if p is None or name in idx.initializers or idx.ops[p] not in _DERIVED:
         return None
     node = idx.node(p)
-    if node.op_type not in _DERIVED or not is_default_domain(node) or len(node.output) != 1:
+    if not is_default_domain(node) or len(node.output) != 1:
         return None
     # every input a true constant (not a graph input)
     if any(i and const_dims(idx, i) is None for i in node.input[:3]):

@@ -25,7 +25,7 @@ from . import numeric
 from .bias import find_initializer
 from ..report import Code, Match, MatchResult, NearMiss
 from ..index.graph import GraphIndex, is_scalar, scalar_const, tensor_value
-from ..ops import ANCHOR_OPS, DEFAULT_DOMAINS, ELEMENTWISE, OPS
+from ..ops import ANCHOR_OPS, DEFAULT_DOMAINS, OPS
 from .numeric import (PROBE, checked_region, classify, evaluate, intermediate_violation, region_key, region_precision,
                       region_types)
 
