@@ -1,6 +1,6 @@
 """A graph's nodes as the native scanner read them (onnxio.wire): numpy
-arrays (ArrayTable). fusion.index.graph.GraphIndex builds its lists and
-dicts from them in bulk, and the fuse pass's vectorised steps use them as
+arrays (ArrayTable). fusion.index.graph.GraphIndex slices them per access
+(index.graph.Slices), and the fuse pass's vectorised steps use them as
 they are.
 
 Names are string ids of the scan's table (id 0 is "": an omitted optional
