@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import InputError, UnsupportedError
 from .walk import subgraphs
-from .wire import NF_SUBGRAPH, OK, as_model, declined, raw_scan
+from .wire import NF_SUBGRAPH, OK, declined, raw_scan, scan_graphs
 
 
 def unique(x: np.ndarray) -> np.ndarray:
@@ -50,6 +50,40 @@ def any_per_node(mask: np.ndarray, off: np.ndarray) -> np.ndarray:
     """Per node i, whether any of ``mask[off[i]:off[i+1]]`` is True."""
     c = np.concatenate([[0], np.cumsum(mask)])
     return c[off[1:]] > c[off[:-1]]
+
+
+def node_on_cycle(n: int, reader: np.ndarray, dep: np.ndarray, more: list) -> int | None:
+    """None when each of the ``n`` nodes reads only names written before it
+    (node ``reader[p]`` reads what node ``dep[p]`` writes, -1: none; ``more``:
+    (reader, writer) pairs), else a node on a cycle (Kahn's algorithm), -1
+    when there is none (the nodes are out of order)."""
+    if not (dep >= reader).any() and all(j < i for i, j in more):
+        return None
+    deps: list[set] = [set() for _ in range(n)]
+    for i, j in [*zip(reader.tolist(), dep.tolist()), *more]:
+        if j >= 0:
+            deps[i].add(j)
+    users: list[list[int]] = [[] for _ in range(n)]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(i)
+    indeg = [len(ds) for ds in deps]
+    ready = [i for i, k in enumerate(indeg) if k == 0]
+    for i in ready:  # grows while it is walked
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    if len(ready) == n:
+        return -1
+    # Every node left has an unprocessed dependency: following those must
+    # revisit a node, which lies on a cycle.
+    i = next(k for k, v in enumerate(indeg) if v > 0)
+    seen = set()
+    while i not in seen:
+        seen.add(i)
+        i = next(d for d in deps[i] if indeg[d] > 0)
+    return i
 
 
 class LazyList(Sequence):
@@ -196,8 +230,8 @@ def scanned_table(model) -> ArrayTable | None:
 
 
 def subgraph_table(graph) -> ArrayTable | None:
-    """An If/Loop/Scan body as an ArrayTable (onnxio.wire.as_model); None as for graph_table."""
-    return graph_table(graph, raw_scan(as_model(graph)), outer=True)
+    """An If/Loop/Scan body as an ArrayTable (onnxio.wire.scan_graphs); None as for graph_table."""
+    return graph_table(graph, scan_graphs([graph]), outer=True)
 
 
 def graph_table(g, s, outer: bool) -> ArrayTable | None:

@@ -13,7 +13,7 @@ A model whose bytes it declines is scanned as protobuf re-serializes it
 (which merges a field given twice). A Scan is a fact about bytes that protobuf also parsed;
 nothing here refuses a file.
 
-The arrays (main graph only): per node ``node_op``, ``node_dom``,
+The arrays (the main graph only; scan_graphs: several graphs'): per node ``node_op``, ``node_dom``,
 ``node_name`` (string ids), ``node_flags`` (NF_*), ``node_start`` /
 ``node_end`` (the node's field in the file, key included), inputs
 ``in_ids[node_in_off[i]:node_in_off[i+1]]`` and outputs likewise (id 0 is
@@ -41,11 +41,11 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..libs import find, reinstall_command
-from .format import ELEM_BITS, KNOWN_TYPES, elem_bits, len_field
+from .format import ELEM_BITS, KNOWN_TYPES, elem_bits
 
 LIBRARY = "libgelu_onnx_scan.so"
 ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 OK, MALFORMED, UNSUPPORTED = 0, 1, 2
 # node_flags / attr_flags (plugins/scan/gelu_onnx_scan.cpp)
@@ -61,6 +61,7 @@ _TENSOR_I64 = ("dims", "loc", "typed")
 _I32 = frozenset(("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
         "node_attr_off", "attr_name", "attr_flags", "init_name", "at_attr", "input_name", "output_name", "vi_name",
         "str_flags", "node_start", "node_end", "attr_start", "attr_end", "vi_start", "vi_end", "str_off",
+        "graph_nodes", "graph_inits", "graph_outputs", "graph_strs",
         *(p + c for p in ("init_", "at_") for c in _TENSOR_I32)))
 _I64 = frozenset(("model_info", *(p + c for p in ("init_", "at_") for c in _TENSOR_I64)))
 
@@ -79,6 +80,9 @@ def _library():
                 if lib.gos_version() == ABI_VERSION:
                     lib.gos_scan.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
                     lib.gos_scan.restype = ctypes.c_void_p
+                    lib.gos_scan_graphs.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64),
+                                                    ctypes.c_int64]
+                    lib.gos_scan_graphs.restype = ctypes.c_void_p
                     lib.gos_status.argtypes = [ctypes.c_void_p]
                     lib.gos_message.argtypes = [ctypes.c_void_p]
                     lib.gos_message.restype = ctypes.c_char_p
@@ -89,10 +93,11 @@ def _library():
                     lib.gos_blob.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
                     lib.gos_blob.restype = ctypes.c_int64
                     lib.gos_free.argtypes = [ctypes.c_void_p]
-                    lib.gos_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64]
+                    lib.gos_find.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
                     lib.gos_find.restype = ctypes.c_int64
-                    lib.gos_find_many.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
-                                                  ctypes.c_int64, ctypes.POINTER(ctypes.c_int32)]
+                    lib.gos_find_many.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
+                                                  ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
+                                                  ctypes.POINTER(ctypes.c_int32)]
                     lib.gos_find_many.restype = ctypes.c_int64
                     _lib = lib
             except (OSError, AttributeError):
@@ -207,19 +212,19 @@ class Scan:
         """String ``i`` as protobuf hands it back: bytes when it is not UTF-8."""
         return self.names.raw(i) if self.str_flags[i] & SF_BAD_UTF8 else self.names[i]
 
-    def find(self, name: str) -> int:
-        """The id of ``name``, -1 when the model has no such string."""
+    def find(self, name: str, graph: int = 0) -> int:
+        """The id of ``name`` in graph ``graph`` of the scan, -1 when it has no such string."""
         b = name.encode("utf-8", "surrogatepass")
-        return int(self._lib.gos_find(self._handle, b, len(b)))
+        return int(self._lib.gos_find(self._handle, graph, b, len(b)))
 
-    def find_many(self, names) -> np.ndarray:
+    def find_many(self, names, graph: int = 0) -> np.ndarray:
         raw = [n.encode("utf-8", "surrogatepass") for n in names]
         off = np.zeros(len(raw) + 1, np.int64)
         np.cumsum([len(b) for b in raw], out=off[1:])
         out = np.empty(len(raw), np.int32)
         if raw:
             blob = b"".join(raw)
-            self._lib.gos_find_many(self._handle, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+            self._lib.gos_find_many(self._handle, graph, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
                                     len(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
         return out
 
@@ -270,7 +275,25 @@ class TensorColumns:
 def raw_scan(data: bytes) -> Scan | None:
     """The scanner's answer for ``data`` whatever its status (tests)."""
     lib = require()
-    handle = lib.gos_scan(data, len(data))
+    return _result(lib, lib.gos_scan(data, len(data)), data)
+
+
+def scan_graphs(graphs) -> Scan | None:
+    """One scan of GraphProtos (If/Loop/Scan bodies), each as protobuf
+    serializes it, whatever its status: their rows one after another
+    (``graph_nodes``, ``graph_inits``, ``graph_outputs``: where each graph's
+    start, then the count), each graph's strings apart (``graph_strs``: its
+    first id, its ""; ``find(name, graph)``)."""
+    lib = require()
+    parts = [g.SerializeToString() for g in graphs]
+    off = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([len(p) for p in parts], out=off[1:])
+    data = b"".join(parts)
+    ptr = off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+    return _result(lib, lib.gos_scan_graphs(data, len(data), ptr, len(parts)), data)
+
+
+def _result(lib, handle, data: bytes) -> Scan | None:
     if not handle:
         return None
     try:
@@ -304,9 +327,3 @@ def scan(data: bytes) -> Scan | None:
     s = raw_scan(data)
     return s if declined(s) is None else None
 
-
-def as_model(graph) -> bytes:
-    """``graph`` (a GraphProto: an If/Loop/Scan body) as protobuf serializes
-    it, as the graph field (7) of a ModelProto holding nothing else: how a
-    subgraph is scanned."""
-    return len_field(graph.SerializeToString(), 7)

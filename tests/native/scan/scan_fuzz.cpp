@@ -126,7 +126,7 @@ void check(const gos_result* r, size_t size) {
       if (ids[k] < 0 || ids[k] >= nstr) fail(name);
   }
   for (int64_t k = 0; k < nstr; ++k)
-    if (gos_find(r, blob + off[k], off[k + 1] - off[k] - 1) != k) fail("gos_find");
+    if (gos_find(r, 0, blob + off[k], off[k + 1] - off[k] - 1) != k) fail("gos_find");
 }
 
 void one(const std::vector<uint8_t>& bytes, long* counts) {
