@@ -56,14 +56,7 @@ IF_SEGMENT, IF_RAW, IF_RAW_TWICE, IF_METADATA, IF_DOC = 1, 2, 4, 8, 16
 SF_BAD_UTF8, SF_NUL = 1, 2
 
 # Per-tensor columns: init_* (initializers) and at_* (attribute tensors) alike
-_TENSOR_I32 = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len")
-_TENSOR_I64 = ("dims", "loc", "typed")
-_I32 = frozenset(("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
-        "node_attr_off", "attr_name", "attr_flags", "init_name", "at_attr", "input_name", "output_name", "vi_name",
-        "str_flags", "node_start", "node_end", "attr_start", "attr_end", "vi_start", "vi_end", "str_off",
-        "graph_nodes", "graph_inits", "graph_outputs", "graph_strs",
-        *(p + c for p in ("init_", "at_") for c in _TENSOR_I32)))
-_I64 = frozenset(("model_info", *(p + c for p in ("init_", "at_") for c in _TENSOR_I64)))
+_TENSOR_COLUMNS = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len", "dims", "loc", "typed")
 
 _lib = None  # the loaded library, False when there is none
 
@@ -78,27 +71,16 @@ def _library():
                 lib = ctypes.CDLL(str(path))
                 lib.gos_version.restype = ctypes.c_int32
                 if lib.gos_version() == ABI_VERSION:
-                    lib.gos_scan.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-                    lib.gos_scan.restype = ctypes.c_void_p
-                    lib.gos_scan_graphs.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64),
-                                                    ctypes.c_int64]
-                    lib.gos_scan_graphs.restype = ctypes.c_void_p
-                    lib.gos_status.argtypes = [ctypes.c_void_p]
-                    lib.gos_message.argtypes = [ctypes.c_void_p]
-                    lib.gos_message.restype = ctypes.c_char_p
-                    for f, t in (("gos_i32", ctypes.c_int32), ("gos_i64", ctypes.c_int64)):
-                        fn = getattr(lib, f)
-                        fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(t))]
-                        fn.restype = ctypes.c_int64
-                    lib.gos_blob.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
-                    lib.gos_blob.restype = ctypes.c_int64
-                    lib.gos_free.argtypes = [ctypes.c_void_p]
-                    lib.gos_find.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
-                    lib.gos_find.restype = ctypes.c_int64
-                    lib.gos_find_many.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p,
-                                                  ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
-                                                  ctypes.POINTER(ctypes.c_int32)]
-                    lib.gos_find_many.restype = ctypes.c_int64
+                    p, i64, ptr, text = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER, ctypes.c_char_p
+                    for f, res, args in (("gos_scan", p, [text, ctypes.c_size_t]),
+                                         ("gos_scan_graphs", p, [text, ctypes.c_size_t, ptr(i64), i64]),
+                                         ("gos_status", ctypes.c_int, [p]), ("gos_message", text, [p]),
+                                         ("gos_i32", i64, [p, text, ptr(ptr(ctypes.c_int32))]),
+                                         ("gos_i64", i64, [p, text, ptr(ptr(i64))]),
+                                         ("gos_blob", i64, [p, ptr(text)]), ("gos_free", None, [p]),
+                                         ("gos_find", i64, [p, i64, text, i64]),
+                                         ("gos_find_many", i64, [p, i64, text, ptr(i64), i64, ptr(ctypes.c_int32)])):
+                        getattr(lib, f).restype, getattr(lib, f).argtypes = res, args
                     _lib = lib
             except (OSError, AttributeError):
                 _lib = False
@@ -178,16 +160,17 @@ class Scan:
         """An array, copied from the scanner's result on first use and kept as
         an attribute (a small graph's validation reads half of them: each copy
         is a ctypes call)."""
-        if name not in _I32 and name not in _I64 or "_handle" not in self.__dict__:
+        if name.startswith("_") or "_handle" not in self.__dict__:
             raise AttributeError(name)
-        ctype, fn, dtype = ((ctypes.c_int32, self._lib.gos_i32, np.int32) if name in _I32
-                            else (ctypes.c_int64, self._lib.gos_i64, np.int64))
-        ptr = ctypes.POINTER(ctype)()
-        n = fn(self._handle, name.encode(), ctypes.byref(ptr))
-        a = self.__dict__[name] = np.empty(max(n, 0), dtype)
-        if n > 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
-            ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
-        return a
+        for fn, ctype, dtype in ((self._lib.gos_i32, ctypes.c_int32, np.int32),
+                                 (self._lib.gos_i64, ctypes.c_int64, np.int64)):
+            ptr = ctypes.POINTER(ctype)()
+            n = fn(self._handle, name.encode(), ctypes.byref(ptr))
+            if n >= 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
+                a = self.__dict__[name] = np.empty(n, dtype)
+                ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
+                return a
+        raise AttributeError(name)
 
     @property
     def n_nodes(self) -> int:
@@ -248,7 +231,7 @@ class TensorColumns:
     float64 (negative, inf or nan for such dims)."""
 
     def __init__(self, scan: Scan, prefix: str):
-        for c in (*_TENSOR_I32, *_TENSOR_I64):
+        for c in _TENSOR_COLUMNS:
             setattr(self, c, getattr(scan, prefix + c))
         self.n = n = len(self.dtype)
         self.typed = self.typed.reshape(n, 6)
