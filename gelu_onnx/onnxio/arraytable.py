@@ -10,6 +10,7 @@ node order (a node reading a name twice counts once, as GraphIndex counts).
 """
 from __future__ import annotations
 
+import graphlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -55,34 +56,28 @@ def any_per_node(mask: np.ndarray, off: np.ndarray) -> np.ndarray:
 def node_on_cycle(n: int, reader: np.ndarray, dep: np.ndarray, more: list) -> int | None:
     """None when each of the ``n`` nodes reads only names written before it
     (node ``reader[p]`` reads what node ``dep[p]`` writes, -1: none; ``more``:
-    (reader, writer) pairs), else a node on a cycle (Kahn's algorithm), -1
-    when there is none (the nodes are out of order)."""
+    (reader, writer) pairs), else a node on a cycle, -1 when there is none."""
     if not (dep >= reader).any() and all(j < i for i, j in more):
         return None
     deps: list[set] = [set() for _ in range(n)]
     for i, j in [*zip(reader.tolist(), dep.tolist()), *more]:
         if j >= 0:
             deps[i].add(j)
-    users: list[list[int]] = [[] for _ in range(n)]
-    for i, ds in enumerate(deps):
-        for d in ds:
-            users[d].append(i)
-    indeg = [len(ds) for ds in deps]
-    ready = [i for i, k in enumerate(indeg) if k == 0]
-    for i in ready:  # grows while it is walked
-        for u in users[i]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                ready.append(u)
-    if len(ready) == n:
+    order = graphlib.TopologicalSorter(dict(enumerate(deps)))
+    try:
+        order.prepare()
         return -1
-    # Every node left has an unprocessed dependency: following those must
+    except graphlib.CycleError:  # it still orders the nodes no cycle blocks
+        left = set(range(n))
+        while ready := order.get_ready():
+            order.done(*ready)
+            left.difference_update(ready)
+    # Every node left has an unordered dependency: following those must
     # revisit a node, which lies on a cycle.
-    i = next(k for k, v in enumerate(indeg) if v > 0)
-    seen = set()
+    i, seen = min(left), set()
     while i not in seen:
         seen.add(i)
-        i = next(d for d in deps[i] if indeg[d] > 0)
+        i = next(d for d in deps[i] if d in left)
     return i
 
 

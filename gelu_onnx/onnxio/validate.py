@@ -5,9 +5,8 @@ naming the file.
 A graph is checked once, from the native scanner's arrays of its bytes (the
 file's, or its own serialization: an If/Loop/Scan body, an in-memory model):
 each check vectorised, the first fault a reader meets worded from the proto.
-So a graph of a million nodes is validated without one Python object per node,
-and a graph's bodies are scanned and checked together, as one graph of
-disjoint names (a model of thousands of Ifs pays no call per body)."""
+So a graph of a million nodes is validated without one Python object per
+node, and its bodies are scanned and checked together (no call per body)."""
 from __future__ import annotations
 
 import ntpath
@@ -44,25 +43,18 @@ def _node_label(node, i: int) -> str:
     return f"{quote(name)} ({quote(node.op_type)[1:-1]})"
 
 
-class Scope:
-    """Names visible from a subgraph: each enclosing graph's (``known`` by
-    string id of its scan ``s``, graph ``k`` of that scan)."""
-
-    def __init__(self, s, known: np.ndarray, parent: "Scope | None", k: int = 0):
-        self.s, self.known, self.parent, self.k = s, known, parent, k
-
-    def __contains__(self, name) -> bool:
-        level = self
-        while level is not None:
-            j = level.s.find(name, level.k) if isinstance(name, str) else -1
-            if j >= 0 and level.known[j]:
-                return True
-            level = level.parent
-        return False
+def _in_scope(scope, name) -> bool:
+    """Whether an enclosing graph defines ``name``: ``scope`` is None (none),
+    or (s, known by string id of s, graph k of s, the scope around it)."""
+    while scope is not None:
+        s, known, k, scope = scope
+        j = s.find(name, k) if isinstance(name, str) else -1
+        if j >= 0 and known[j]:
+            return True
+    return False
 
 
-def _graph_of(off: np.ndarray, rows):
-    """The graph of each row of a scan of several graphs (wire.scan_graphs: ``off``, where each one's start)."""
+def _graph_of(off: np.ndarray, rows):  # the graph of rows of wire.scan_graphs (``off``: their starts)
     return np.searchsorted(off, rows, side="right") - 1
 
 
@@ -217,10 +209,9 @@ class Validator:
         their bytes, in the order a reader meets their faults: value names,
         inputs, initializers, node outputs, node by node (names, op, attribute
         tensors, reads, subgraphs), graph outputs, cycles. Returns the outer
-        names each reads (``outers``: each one's Scope), and whether each node
-        reads only names written before it. Several graphs (sibling bodies:
-        _bodies) are checked as one graph of disjoint names, its messages
-        worded for the first: on a fault, _bodies checks them one by one."""
+        names each reads (``outers``: each one's _in_scope), and whether each node
+        reads only names written before it. Several graphs (_bodies) are
+        one graph of disjoint names, a fault worded as if in the first."""
         where, n, names = f"graph {quote(paths[0])}" if paths[0] else "the main graph", s.n_nodes, s.names
         nodes = gs[0].node if len(gs) == 1 else [x for g in gs for x in g.node]
         frees: list[set] = [set() for _ in gs]
@@ -246,8 +237,7 @@ class Validator:
         if len(gs[0].sparse_initializer):  # (never in a batch: _bodies)
             given[self._sparse(gs[0], s, where)] = True
         # node outputs: each name written once, never over an input or initializer
-        named = np.ones(len(names), bool)
-        named[s.graph_strs[:-1]] = False  # each graph's "": an omitted optional name
+        named = np.diff(s.str_off) > 1  # each graph's "" (an omitted optional name) is a NUL alone
         written = named[s.out_ids]
         outs, out_node = s.out_ids[written], np.repeat(np.arange(n), np.diff(s.node_out_off))[written]
         k_twice = -1 if len(unique(outs)) == len(outs) else first_repeat(outs)
@@ -278,7 +268,7 @@ class Validator:
         unknown = np.flatnonzero(~known[s.in_ids] & named[s.in_ids])
         for p, k in zip(unknown.tolist(), _graph_of(s.graph_nodes, reader[unknown]).tolist()):
             name = s.parsed(int(s.in_ids[p]))
-            if outers[k] is None or name not in outers[k]:
+            if not _in_scope(outers[k], name):
                 faults[4], unread = int(reader[p]), name
                 break
             frees[k].add(name)
@@ -287,7 +277,7 @@ class Validator:
         # (a node's tensors come before its reads, its subgraphs after)
         odd = s.odd_attributes()
         holders = np.flatnonzero(s.node_flags[:first] & NF_SUBGRAPH).tolist()
-        scopes = [Scope(s, known, outers[k], k) for k in range(len(gs))] if holders else []
+        scopes = [(s, known, k, outers[k]) for k in range(len(gs))]
         sub_reads, lo = self._bodies(nodes, s, odd, holders, paths, scopes, given, producer, frees)
         self._attr_tensors(nodes, s, odd, lo, first + (faults[4] == first < min(faults[:4])))
         if first < n:
@@ -295,11 +285,11 @@ class Validator:
             if min(faults[:4]) == first:
                 self.node_op(node, first, self.opsets, where)
                 raise AssertionError("node_op found no fault where the arrays showed one")
-            self.fail(f"node {_node_label(node, first)} in {where} reads {quote(unread)}, which is never defined "
-                      "(no graph input, initializer or node output has that name)")
+            self.fail(f"node {_node_label(node, first)} in {where} reads {quote(unread)}, "
+                      "which is never defined (no graph input, initializer or node output has that name)")
         for p in np.flatnonzero(~known[s.output_name]).tolist():
             name, k = s.parsed(int(s.output_name[p])), int(_graph_of(s.graph_outputs, p))
-            if outers[k] is None or name not in outers[k]:
+            if not _in_scope(outers[k], name):
                 self.fail(f"graph output {quote(name)} of {where} is never defined "
                           "(no input, initializer or node output has that name)")
             frees[k].add(name)
@@ -309,26 +299,24 @@ class Validator:
         return frees, c is None
 
     def _bodies(self, nodes, s, odd, holders: list, paths, scopes, given, producer, frees):
-        """The bodies of the nodes ``holders`` (after each node's attribute
-        tensors), scanned and checked together; on a fault in one graph's
-        bodies, one by one, as are bodies with sparse initializers. Returns
-        (node, node writing an outer name its body reads) pairs, and the node
+        """The bodies of the nodes ``holders`` (after each node's attribute tensors), scanned and
+        checked together; after a fault (in one graph's bodies) one by one, as are bodies with sparse
+        initializers. Returns (node, node writing an outer name its body reads) pairs, and the node
         after the last holder."""
         bodies = [(i, attr, sg) for i in holders for attr, sg in subgraphs(nodes[i])]
         singly = [[b] for b in bodies]
         together = len(bodies) > 1 and not any(len(sg.sparse_initializer) for _, _, sg in bodies)
         for groups in ([bodies], singly) if together else (singly,):
             try:
-                sub_reads: list[tuple[int, int]] = []
-                lo = 0
+                sub_reads, lo = [], 0  # (node, node writing an outer name its body reads)
                 for group in groups:
                     self._attr_tensors(nodes, s, odd, lo, group[-1][0] + 1)
                     lo = group[-1][0] + 1
                     ks = _graph_of(s.graph_nodes, [i for i, _, _ in group]).tolist()
-                    sub_paths = [f"{paths[k]}/{nodes[i].name or f'#{i - s.graph_nodes[k]}'}/{attr}".lstrip("/")
-                                 for (i, attr, _), k in zip(group, ks)]
+                    at = [f"{paths[k]}/{nodes[i].name or f'#{i - s.graph_nodes[k]}'}/{attr}".lstrip("/")
+                          for (i, attr, _), k in zip(group, ks)]
                     gs = [sg for _, _, sg in group]
-                    for (i, _, _), k, free in zip(group, ks, self.graph(gs, self.scan_of(gs), sub_paths,
+                    for (i, _, _), k, free in zip(group, ks, self.graph(gs, self.scan_of(gs), at,
                                                                         [scopes[k] for k in ks])[0]):
                         for x in free:
                             j = s.find(x, k)

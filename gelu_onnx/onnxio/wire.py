@@ -13,7 +13,7 @@ A model whose bytes it declines is scanned as protobuf re-serializes it
 (which merges a field given twice). A Scan is a fact about bytes that protobuf also parsed;
 nothing here refuses a file.
 
-The arrays (the main graph only; scan_graphs: several graphs'): per node ``node_op``, ``node_dom``,
+The arrays (the main graph; scan_graphs: several graphs'): per node ``node_op``, ``node_dom``,
 ``node_name`` (string ids), ``node_flags`` (NF_*), ``node_start`` /
 ``node_end`` (the node's field in the file, key included), inputs
 ``in_ids[node_in_off[i]:node_in_off[i+1]]`` and outputs likewise (id 0 is
@@ -56,7 +56,8 @@ IF_SEGMENT, IF_RAW, IF_RAW_TWICE, IF_METADATA, IF_DOC = 1, 2, 4, 8, 16
 SF_BAD_UTF8, SF_NUL = 1, 2
 
 # Per-tensor columns: init_* (initializers) and at_* (attribute tensors) alike
-_TENSOR_COLUMNS = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len", "dims", "loc", "typed")
+_TENSOR_COLUMNS = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len",  # int32
+                   "dims", "loc", "typed")  # int64
 
 _lib = None  # the loaded library, False when there is none
 
@@ -71,15 +72,16 @@ def _library():
                 lib = ctypes.CDLL(str(path))
                 lib.gos_version.restype = ctypes.c_int32
                 if lib.gos_version() == ABI_VERSION:
+                    # p: a handle, or an array's address (ndarray.ctypes.data)
                     p, i64, ptr, text = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER, ctypes.c_char_p
                     for f, res, args in (("gos_scan", p, [text, ctypes.c_size_t]),
-                                         ("gos_scan_graphs", p, [text, ctypes.c_size_t, ptr(i64), i64]),
+                                         ("gos_scan_graphs", p, [text, ctypes.c_size_t, p, i64]),
                                          ("gos_status", ctypes.c_int, [p]), ("gos_message", text, [p]),
                                          ("gos_i32", i64, [p, text, ptr(ptr(ctypes.c_int32))]),
                                          ("gos_i64", i64, [p, text, ptr(ptr(i64))]),
                                          ("gos_blob", i64, [p, ptr(text)]), ("gos_free", None, [p]),
                                          ("gos_find", i64, [p, i64, text, i64]),
-                                         ("gos_find_many", i64, [p, i64, text, ptr(i64), i64, ptr(ctypes.c_int32)])):
+                                         ("gos_find_many", i64, [p, i64, text, p, i64, p])):
                         getattr(lib, f).restype, getattr(lib, f).argtypes = res, args
                     _lib = lib
             except (OSError, AttributeError):
@@ -147,14 +149,17 @@ class Names:
 
 
 class Scan:
-    """One model's main graph as arrays (see the module doc); ``find`` looks
+    """One model's main graph (or scan_graphs' graphs) as arrays (see the module doc); ``find`` looks
     a string up in the scanner's own table (no Python dict of every name)."""
 
-    def __init__(self, lib, handle, status: int, message: str, blob: bytes, data: bytes):
-        self._lib, self._handle = lib, handle
+    def __init__(self, lib, handle, data: bytes):
+        self._lib, self._handle = lib, handle  # (__del__ frees it, also when __init__ fails)
         self.data = data  # the bytes scanned
-        self.status, self.message = status, message
-        self.names = Names(blob, self.str_off)
+        self.status = lib.gos_status(handle)
+        self.message = lib.gos_message(handle).decode("utf-8", "replace")
+        blob = ctypes.c_char_p()
+        n = lib.gos_blob(handle, ctypes.byref(blob))
+        self.names = Names(ctypes.string_at(blob, n) if n > 0 else b"", self.str_off)
 
     def __getattr__(self, name):
         """An array, copied from the scanner's result on first use and kept as
@@ -202,13 +207,11 @@ class Scan:
 
     def find_many(self, names, graph: int = 0) -> np.ndarray:
         raw = [n.encode("utf-8", "surrogatepass") for n in names]
-        off = np.zeros(len(raw) + 1, np.int64)
-        np.cumsum([len(b) for b in raw], out=off[1:])
+        off = np.cumsum([0, *map(len, raw)], dtype=np.int64)
         out = np.empty(len(raw), np.int32)
         if raw:
             blob = b"".join(raw)
-            self._lib.gos_find_many(self._handle, graph, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
-                                    len(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
+            self._lib.gos_find_many(self._handle, graph, blob, off.ctypes.data, len(raw), out.ctypes.data)
         return out
 
     def __del__(self):
@@ -258,37 +261,18 @@ class TensorColumns:
 def raw_scan(data: bytes) -> Scan | None:
     """The scanner's answer for ``data`` whatever its status (tests)."""
     lib = require()
-    return _result(lib, lib.gos_scan(data, len(data)), data)
+    handle = lib.gos_scan(data, len(data))
+    return Scan(lib, handle, data) if handle else None
 
 
 def scan_graphs(graphs) -> Scan | None:
-    """One scan of GraphProtos (If/Loop/Scan bodies), each as protobuf
-    serializes it, whatever its status: their rows one after another
-    (``graph_nodes``, ``graph_inits``, ``graph_outputs``: where each graph's
-    start, then the count), each graph's strings apart (``graph_strs``: its
-    first id, its ""; ``find(name, graph)``)."""
-    lib = require()
-    parts = [g.SerializeToString() for g in graphs]
-    off = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([len(p) for p in parts], out=off[1:])
-    data = b"".join(parts)
-    ptr = off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
-    return _result(lib, lib.gos_scan_graphs(data, len(data), ptr, len(parts)), data)
-
-
-def _result(lib, handle, data: bytes) -> Scan | None:
-    if not handle:
-        return None
-    try:
-        status = lib.gos_status(handle)
-        message = lib.gos_message(handle).decode("utf-8", "replace")
-        blob = ctypes.c_char_p()
-        n = lib.gos_blob(handle, ctypes.byref(blob))
-        raw = ctypes.string_at(blob, n) if n > 0 else b""
-    except BaseException:
-        lib.gos_free(handle)
-        raise
-    return Scan(lib, handle, status, message, raw, data)
+    """One scan of GraphProtos (If/Loop/Scan bodies) as protobuf serializes them, whatever its status:
+    their rows one after another (``graph_nodes`` / ``_inits`` / ``_outputs``: where each graph's start,
+    then the count), each graph's strings apart (``find(name, graph)``; its "" is an id of its own)."""
+    lib, parts = require(), [g.SerializeToString() for g in graphs]
+    off, data = np.cumsum([0, *map(len, parts)], dtype=np.int64), b"".join(parts)
+    handle = lib.gos_scan_graphs(data, len(data), off.ctypes.data, len(parts))
+    return Scan(lib, handle, data) if handle else None
 
 
 def declined(s: Scan | None) -> str | None:
