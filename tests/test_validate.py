@@ -6,8 +6,10 @@ cycles. Each expected line is what main at b277e52 (three validation passes)
 printed for the same model."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from onnx import TensorProto as T
+from onnx import ValueInfoProto, numpy_helper
 from onnx import helper as h
 
 from gelu_onnx import onnxio
@@ -98,6 +100,13 @@ CASES = {
         _model([*_ifs(([h.make_node("Relu", ["x"], ["a"])], "a"), ([h.make_node("Relu", ["u"], ["a"])], "a")),
                 h.make_node("Relu", ["t1"], ["u"]), h.make_node("Identity", ["u"], ["y"])], inputs=("x", "cond")),
         "the main graph contains a cycle (through node '#1' (If))"),
+    "a name left out in a later body is that body's, not an earlier one's": (  # each graph its own ""
+        _model([h.make_node("If", ["cond"], ["t"], then_branch=h.make_graph(
+                    [h.make_node("Relu", ["x"], ["a"])], "t", [], [_vi("a")], [numpy_helper.from_array(np.ones(2))]),
+                    else_branch=h.make_graph([h.make_node("Relu", ["x"], ["e"])], "e", [], [_vi("e"), ValueInfoProto()])),
+                h.make_node("Identity", ["x"], ["y"])], inputs=("x", "cond")),
+        "graph output '' of graph '#0/else_branch' is never defined "
+        "(no input, initializer or node output has that name)"),
 }
 
 

@@ -252,8 +252,11 @@ class Strings {
   // A graph starts: its strings are interned apart from the previous graphs'.
   void begin() {
     cuts_.push_back(occ_pos_.size());
-    note(base_, 0);  // the graph's first string: "" (absent strings read as it)
+    empty_ = note(base_, 0);  // the graph's first string: ""
   }
+
+  // The current graph's "" (what an absent string reads as).
+  int32_t empty() const { return empty_; }
 
   // Where a string occurs; returns the occurrence's index.
   int32_t note(const uint8_t* s, size_t n) {
@@ -366,6 +369,7 @@ class Strings {
   const uint8_t* base_ = nullptr;
   std::vector<uint32_t> occ_pos_, occ_len_;
   std::vector<size_t> cuts_;  // each graph's first occurrence
+  int32_t empty_ = 0;
   std::vector<uint64_t> slots_, hot_;
   std::vector<uint64_t> hashes_;
 };
@@ -513,7 +517,7 @@ class Scanner {
   }
 
   void node(const Field& nf) {
-    int32_t op = 0, dom = 0, name = 0, flags = 0;
+    int32_t op = s_.empty(), dom = op, name = op, flags = 0;
     const uint8_t* p = nf.val;
     while (p < nf.end) {
       Field f = next(p, nf.end);
@@ -565,7 +569,7 @@ class Scanner {
   // `t` field (a Constant's value), into the at_* columns (a `t` given twice
   // is merged by protobuf, `tensors` and sparse tensors are left to Python).
   int32_t attribute(const Field& af) {
-    int32_t name = 0, flags = 0, ts = 0, others = 0;
+    int32_t name = s_.empty(), flags = 0, ts = 0, others = 0;
     Field t{};
     const uint8_t* p = af.val;
     while (p < af.end) {
@@ -620,7 +624,7 @@ class Scanner {
   // (``named``: else the name is not noted, an attribute tensor's name being
   // no name of the graph).
   int32_t tensor(const Field& tf, TensorCols& c, bool named) {
-    int32_t name = 0, flags = 0, ext = 0;
+    int32_t name = s_.empty(), flags = 0, ext = 0;
     int64_t dtype = 0, loc = 0;
     int32_t raw_start = -1, raw_len = -1;
     int64_t typed[6] = {0, 0, 0, 0, 0, 0};
@@ -701,7 +705,7 @@ class Scanner {
   }
 
   int32_t value_info(const Field& vf, bool spans) {
-    int32_t name = 0;
+    int32_t name = s_.empty();
     const uint8_t* p = vf.val;
     while (p < vf.end) {
       Field f = next(p, vf.end);
