@@ -9,6 +9,8 @@ Writes, under --out (never inside the repository):
   ext/ext.onnx       hidden 4096, FFN 16384, vocab 32000, as many layers as --ext-gb needs;
                      weights in --ext-files data files next to it (relative locations)
   synth-N.onnx       N GELUs in a chain, each behind a bias Add, cycling through five spellings
+  ifs-N.onnx         N If nodes in a chain (--only ifs, --ifs N), each with two one-node bodies
+                     (then: Add, else: Mul of its own random non-zero constant): validation per body
   deep-{gpt2,bert}-L-{torchscript,dynamo}.onnx
                      realistic node-heavy exports (--only deep): Hugging Face GPT-2 / BERT with
                      --deep-layers layers at hidden 64, exported by torch (needs torch + transformers)
@@ -259,6 +261,27 @@ def deep_export(arch: str, layers: int, exporter: str, path: str) -> None:
             os.remove(os.path.join(os.path.dirname(path), f))
 
 
+def ifs(n_if: int, width: int = 8, seed: int = 0) -> onnx.ModelProto:
+    """x -> [If(c) {then: + ct_i} {else: * ce_i}] * n_if: 2 * n_if bodies, each one node and one initializer."""
+    rng = np.random.default_rng(seed)
+    vi = lambda n, t=TensorProto.FLOAT, shape=(width,): helper.make_tensor_value_info(n, t, list(shape))
+    nodes, x = [], "x"
+    for i in range(n_if):
+        body = {}
+        for part, op in (("then", "Add"), ("else", "Mul")):
+            c = rng.uniform(0.5, 1.5, width).astype(np.float32) * rng.choice([-1, 1], width).astype(np.float32)
+            body[part] = helper.make_graph([helper.make_node(op, [x, f"c{part}{i}"], [f"{part}{i}"], name=f"{op}{i}")],
+                                           f"{part}{i}", [], [vi(f"{part}{i}")],
+                                           [numpy_helper.from_array(c, f"c{part}{i}")])
+        nodes.append(helper.make_node("If", ["c"], [f"y{i}"], name=f"if{i}", then_branch=body["then"],
+                                      else_branch=body["else"]))
+        x = f"y{i}"
+    g = helper.make_graph(nodes, f"ifs{n_if}", [vi("x"), vi("c", TensorProto.BOOL, ())], [vi(x)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="gelu-onnx-bench")
+    model.ir_version = IR_VERSION
+    return model
+
+
 def write(model: onnx.ModelProto, path: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -273,6 +296,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ext-gb", type=float, default=4.5, help="weights of the external-data model in GB (default 4.5)")
     ap.add_argument("--ext-files", type=int, default=2, help="data files of the external-data model (default 2)")
     ap.add_argument("--synth", default="1000,10000,100000", help="GELU counts of the synthetic graphs")
+    ap.add_argument("--ifs", type=int, default=3000, help="If nodes of ifs-N.onnx (--only ifs; default 3000)")
     ap.add_argument("--deep-layers", type=int, default=300, help="layers of the deep GPT-2 / BERT exports (default 300)")
     ap.add_argument("--deep", default="gpt2-torchscript,gpt2-dynamo,bert-torchscript,bert-dynamo",
                     help="which deep exports (--only deep)")
@@ -309,6 +333,11 @@ def main(argv=None) -> int:
                 write(synthetic(n), path)
                 print(f"{path}: {n} GELUs, {os.path.getsize(path) / 1e6:.1f} MB in {time.perf_counter() - t:.1f} s",
                       flush=True)
+    if "ifs" in only:
+        path = os.path.join(out, f"ifs-{a.ifs}.onnx")
+        if a.force or not os.path.exists(path):
+            write(ifs(a.ifs), path)
+            print(f"{path}: {a.ifs} If nodes, {os.path.getsize(path) / 1e6:.1f} MB", flush=True)
     if "deep" in only:
         for which in filter(None, a.deep.split(",")):
             arch, exporter = which.split("-")

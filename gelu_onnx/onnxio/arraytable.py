@@ -10,13 +10,14 @@ node order (a node reading a name twice counts once, as GraphIndex counts).
 """
 from __future__ import annotations
 
+import graphlib
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..errors import InputError, UnsupportedError
 from .walk import subgraphs
-from .wire import NF_SUBGRAPH, OK, as_model, declined, raw_scan
+from .wire import NF_SUBGRAPH, OK, declined, raw_scan, scan_graphs
 
 
 def unique(x: np.ndarray) -> np.ndarray:
@@ -50,6 +51,34 @@ def any_per_node(mask: np.ndarray, off: np.ndarray) -> np.ndarray:
     """Per node i, whether any of ``mask[off[i]:off[i+1]]`` is True."""
     c = np.concatenate([[0], np.cumsum(mask)])
     return c[off[1:]] > c[off[:-1]]
+
+
+def node_on_cycle(n: int, reader: np.ndarray, dep: np.ndarray, more: list) -> int | None:
+    """None when each of the ``n`` nodes reads only names written before it
+    (node ``reader[p]`` reads what node ``dep[p]`` writes, -1: none; ``more``:
+    (reader, writer) pairs), else a node on a cycle, -1 when there is none."""
+    if not (dep >= reader).any() and all(j < i for i, j in more):
+        return None
+    deps: list[set] = [set() for _ in range(n)]
+    for i, j in [*zip(reader.tolist(), dep.tolist()), *more]:
+        if j >= 0:
+            deps[i].add(j)
+    order = graphlib.TopologicalSorter(dict(enumerate(deps)))
+    try:
+        order.prepare()
+        return -1
+    except graphlib.CycleError:  # it still orders the nodes no cycle blocks
+        left = set(range(n))
+        while ready := order.get_ready():
+            order.done(*ready)
+            left.difference_update(ready)
+    # Every node left has an unordered dependency: following those must
+    # revisit a node, which lies on a cycle.
+    i, seen = min(left), set()
+    while i not in seen:
+        seen.add(i)
+        i = next(d for d in deps[i] if d in left)
+    return i
 
 
 class LazyList(Sequence):
@@ -196,8 +225,8 @@ def scanned_table(model) -> ArrayTable | None:
 
 
 def subgraph_table(graph) -> ArrayTable | None:
-    """An If/Loop/Scan body as an ArrayTable (onnxio.wire.as_model); None as for graph_table."""
-    return graph_table(graph, raw_scan(as_model(graph)), outer=True)
+    """An If/Loop/Scan body as an ArrayTable (onnxio.wire.scan_graphs); None as for graph_table."""
+    return graph_table(graph, scan_graphs([graph]), outer=True)
 
 
 def graph_table(g, s, outer: bool) -> ArrayTable | None:

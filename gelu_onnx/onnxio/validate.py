@@ -5,7 +5,8 @@ naming the file.
 A graph is checked once, from the native scanner's arrays of its bytes (the
 file's, or its own serialization: an If/Loop/Scan body, an in-memory model):
 each check vectorised, the first fault a reader meets worded from the proto.
-So a graph of a million nodes is validated without one Python object per node."""
+So a graph of a million nodes is validated without one Python object per
+node, and its bodies are scanned and checked together (no call per body)."""
 from __future__ import annotations
 
 import ntpath
@@ -18,10 +19,10 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import InputError, UnsafeModelError, UnsupportedError
-from .arraytable import ArrayTable, any_per_node, first_repeat, first_true, same_counts, unique
+from .arraytable import ArrayTable, any_per_node, first_repeat, first_true, node_on_cycle, same_counts, unique
 from .format import DATA_FIELDS, ELEM_BITS, EXTERNAL_KEYS, KNOWN_TYPES, ONNX_DOMAINS, embedded_size_error, tensor_nbytes
 from .walk import MAX_EXPANDED_NODES, attr_tensors, expanded_nodes, norm_domain, subgraphs, walk_graphs
-from .wire import NF_REF, NF_SUBGRAPH, OK, SF_BAD_UTF8, as_model, declined, raw_scan
+from .wire import NF_REF, NF_SUBGRAPH, OK, SF_BAD_UTF8, declined, scan_graphs
 
 
 _REFERENCE_FIELDS = frozenset({"name", "ref_attr_name", "type", "doc_string"})  # all a reference may hold
@@ -42,20 +43,19 @@ def _node_label(node, i: int) -> str:
     return f"{quote(name)} ({quote(node.op_type)[1:-1]})"
 
 
-class Scope:
-    """Names visible from a subgraph: each enclosing graph's (``known`` by string id of its scan ``s``)."""
+def _in_scope(scope, name) -> bool:
+    """Whether an enclosing graph defines ``name``: ``scope`` is None (none),
+    or (s, known by string id of s, graph k of s, the scope around it)."""
+    while scope is not None:
+        s, known, k, scope = scope
+        j = s.find(name, k) if isinstance(name, str) else -1
+        if j >= 0 and known[j]:
+            return True
+    return False
 
-    def __init__(self, s, known: np.ndarray, parent: "Scope | None"):
-        self.s, self.known, self.parent = s, known, parent
 
-    def __contains__(self, name) -> bool:
-        level = self
-        while level is not None:
-            j = level.s.find(name) if isinstance(name, str) else -1
-            if j >= 0 and level.known[j]:
-                return True
-            level = level.parent
-        return False
+def _graph_of(off: np.ndarray, rows):  # the graph of rows of wire.scan_graphs (``off``: their starts)
+    return np.searchsorted(off, rows, side="right") - 1
 
 
 class Validator:
@@ -104,16 +104,16 @@ class Validator:
         if not g.output:
             self.fail("the graph has no outputs")
         scan = scan if scan is not None and same_counts(g, scan) else None  # else its own bytes are read
-        s = self.scan_of(g) if scan is None else scan
-        in_order = self.graph(g, s, "", None)[1]
+        s = self.scan_of([g]) if scan is None else scan
+        in_order = self.graph([g], s, [""], [None])[1]
         for f in m.functions:
             self.function(f)
         plain = in_order and not len(g.sparse_initializer) and not (s.node_flags & NF_SUBGRAPH).any()
         return ArrayTable(g, s) if plain and scan is not None and declined(s) is None else None
 
-    def scan_of(self, graph):
-        """The scanner's arrays of ``graph``'s own serialization, whatever its names."""
-        s = raw_scan(as_model(graph))
+    def scan_of(self, graphs: list):
+        """The scanner's arrays of ``graphs``' own serializations, whatever their names."""
+        s = scan_graphs(graphs)
         if s is None or s.status != OK:
             self.fail(declined(s), UnsupportedError)
         return s
@@ -204,13 +204,17 @@ class Validator:
                       f"attribute {quote(a.ref_attr_name)} and also holds a value of its own")
 
     # -- graphs -----------------------------------------------------------
-    def graph(self, g, s, gpath: str, outer: Scope | None) -> tuple[set, bool]:
-        """Check one graph (recursively) from ``s``, the scanner's arrays of
-        its bytes, in the order a reader meets its faults: value names,
+    def graph(self, gs: list, s, paths: list, outers: list) -> tuple[list[set], bool]:
+        """Check graphs ``gs`` (recursively) from ``s``, the scanner's arrays of
+        their bytes, in the order a reader meets their faults: value names,
         inputs, initializers, node outputs, node by node (names, op, attribute
         tensors, reads, subgraphs), graph outputs, cycles. Returns the outer
-        names it reads, and whether each node reads only names written before it."""
-        where, n, names = f"graph {quote(gpath)}" if gpath else "the main graph", s.n_nodes, s.names
+        names each reads (``outers``: each one's _in_scope), and whether each node
+        reads only names written before it. Several graphs (_bodies) are
+        one graph of disjoint names, a fault worded as if in the first."""
+        where, n, names = f"graph {quote(paths[0])}" if paths[0] else "the main graph", s.n_nodes, s.names
+        nodes = gs[0].node if len(gs) == 1 else [x for g in gs for x in g.node]
+        frees: list[set] = [set() for _ in gs]
         bad = (s.str_flags & SF_BAD_UTF8) != 0
         any_bad = bool(bad.any())
         inputs, inits = s.input_name, s.init_name
@@ -223,17 +227,18 @@ class Validator:
         k_dup = first_repeat(inits)
         stop = min(k for k in (k_text, k_dup, len(inits)) if k >= 0)
         for k in np.flatnonzero(~s.tensors("init_").plain()[:stop]).tolist() if stop else ():
-            self.tensor(g.initializer[k])
+            self.tensor(gs[j := int(_graph_of(s.graph_inits, k))].initializer[k - s.graph_inits[j]])
         if k_text == stop:
             self._utf8(s, inits[stop:], "initializer name")
         if k_dup == stop:
             self.fail(f"{where} has two initializers named {quote(names[int(inits[stop])])}")
         given = np.zeros(len(names), bool)
         given[inputs] = given[inits] = True
-        if len(g.sparse_initializer):
-            given[self._sparse(g, s, where)] = True
+        if len(gs[0].sparse_initializer):  # (never in a batch: _bodies)
+            given[self._sparse(gs[0], s, where)] = True
         # node outputs: each name written once, never over an input or initializer
-        written = s.out_ids != 0
+        named = np.diff(s.str_off) > 1  # each graph's "" (an omitted optional name) is a NUL alone
+        written = named[s.out_ids]
         outs, out_node = s.out_ids[written], np.repeat(np.arange(n), np.diff(s.node_out_off))[written]
         k_twice = -1 if len(unique(outs)) == len(outs) else first_repeat(outs)
         k_over = first_true(given[outs])
@@ -243,14 +248,13 @@ class Validator:
             if k == k_twice:
                 j = int(out_node[np.argmax(outs == o)])
                 self.fail(f"tensor {quote(names[o])} in {where} is produced twice (by node "
-                          f"{_node_label(g.node[j], j)} and node {_node_label(g.node[i], i)}); "
+                          f"{_node_label(nodes[j], j)} and node {_node_label(nodes[i], i)}); "
                           "an ONNX graph must assign each name once")
-            self.fail(f"node {_node_label(g.node[i], i)} in {where} overwrites graph "
+            self.fail(f"node {_node_label(nodes[i], i)} in {where} overwrites graph "
                       f"input/initializer {quote(names[o])}; an ONNX graph must assign each name once")
         producer = np.full(len(names), -1, np.int64)
         producer[outs] = out_node
         known = given | (producer >= 0)
-        here = Scope(s, known, outer)
         # node by node: the first node with each kind of fault (node_op's order, then its reads)
         faults = [n] * 5  # names, attribute names, references, op, reads
         if any_bad:
@@ -261,53 +265,69 @@ class Validator:
         faults[2] = first_true((s.node_flags & NF_REF) != 0, n)
         faults[3] = self._first_bad_op(s, bad, n)
         reader = np.repeat(np.arange(n), np.diff(s.node_in_off))
-        free: set = set()
-        unknown = ~known[s.in_ids] & (s.in_ids != 0)
-        for p in np.flatnonzero(unknown).tolist():
+        unknown = np.flatnonzero(~known[s.in_ids] & named[s.in_ids])
+        for p, k in zip(unknown.tolist(), _graph_of(s.graph_nodes, reader[unknown]).tolist()):
             name = s.parsed(int(s.in_ids[p]))
-            if outer is None or name not in outer:
+            if not _in_scope(outers[k], name):
                 faults[4], unread = int(reader[p]), name
                 break
-            free.add(name)
+            frees[k].add(name)
         first = min(faults)
-        # attribute tensors and subgraphs of the nodes before the first fault,
-        # node by node (a node's tensors come before its reads, its subgraphs after)
+        # attribute tensors and subgraphs of the nodes before the first fault
+        # (a node's tensors come before its reads, its subgraphs after)
         odd = s.odd_attributes()
-        lo = 0
-        sub_reads: list[tuple[int, int]] = []  # (node, the node writing an outer name its subgraph reads)
-        for i in np.flatnonzero(s.node_flags[:first] & NF_SUBGRAPH).tolist():
-            self._attr_tensors(g, s, odd, lo, i + 1)
-            lo = i + 1
-            node = g.node[i]
-            for attr, sg in subgraphs(node):
-                sub_path = f"{gpath}/{node.name or f'#{i}'}/{attr}".lstrip("/")
-                for x in self.graph(sg, self.scan_of(sg), sub_path, here)[0]:
-                    j = s.find(x)
-                    if j > 0 and producer[j] >= 0:
-                        sub_reads.append((i, int(producer[j])))
-                    elif not (j >= 0 and given[j]):
-                        if outer is None or x not in outer:
-                            self._undefined(f"a subgraph of node {_node_label(node, i)}", where, x)
-                        free.add(x)
-        self._attr_tensors(g, s, odd, lo, first + (faults[4] == first < min(faults[:4])))
+        holders = np.flatnonzero(s.node_flags[:first] & NF_SUBGRAPH).tolist()
+        scopes = [(s, known, k, outers[k]) for k in range(len(gs))]
+        sub_reads, lo = self._bodies(nodes, s, odd, holders, paths, scopes, given, producer, frees)
+        self._attr_tensors(nodes, s, odd, lo, first + (faults[4] == first < min(faults[:4])))
         if first < n:
-            node = g.node[first]
+            node = nodes[first]
             if min(faults[:4]) == first:
                 self.node_op(node, first, self.opsets, where)
                 raise AssertionError("node_op found no fault where the arrays showed one")
-            self._undefined(f"node {_node_label(node, first)}", where, unread)
-        for o in s.output_name.tolist():
-            if not known[o]:
-                name = s.parsed(o)
-                if outer is None or name not in outer:
-                    self.fail(f"graph output {quote(name)} of {where} is never defined "
-                              "(no input, initializer or node output has that name)")
-                free.add(name)
-        return free, self._acyclic(g.node, s, producer, sub_reads, where)
+            self.fail(f"node {_node_label(node, first)} in {where} reads {quote(unread)}, "
+                      "which is never defined (no graph input, initializer or node output has that name)")
+        for p in np.flatnonzero(~known[s.output_name]).tolist():
+            name, k = s.parsed(int(s.output_name[p])), int(_graph_of(s.graph_outputs, p))
+            if not _in_scope(outers[k], name):
+                self.fail(f"graph output {quote(name)} of {where} is never defined "
+                          "(no input, initializer or node output has that name)")
+            frees[k].add(name)
+        c = node_on_cycle(n, reader, producer[s.in_ids], sub_reads)
+        if c is not None and c >= 0:
+            self.fail(f"{where} contains a cycle (through node {_node_label(nodes[c], c)})")
+        return frees, c is None
 
-    def _undefined(self, reader: str, where: str, name):
-        self.fail(f"{reader} in {where} reads {quote(name)}, which is never defined "
-                  "(no graph input, initializer or node output has that name)")
+    def _bodies(self, nodes, s, odd, holders: list, paths, scopes, given, producer, frees):
+        """The bodies of the nodes ``holders`` (after each node's attribute tensors), scanned and
+        checked together; after a fault (in one graph's bodies) one by one, as are bodies with sparse
+        initializers. Returns (node, node writing an outer name its body reads) pairs, and the node
+        after the last holder."""
+        bodies = [(i, attr, sg) for i in holders for attr, sg in subgraphs(nodes[i])]
+        singly = [[b] for b in bodies]
+        together = len(bodies) > 1 and not any(len(sg.sparse_initializer) for _, _, sg in bodies)
+        for groups in ([bodies], singly) if together else (singly,):
+            try:
+                sub_reads, lo = [], 0  # (node, node writing an outer name its body reads)
+                for group in groups:
+                    self._attr_tensors(nodes, s, odd, lo, group[-1][0] + 1)
+                    lo = group[-1][0] + 1
+                    ks = _graph_of(s.graph_nodes, [i for i, _, _ in group]).tolist()
+                    at = [f"{paths[k]}/{nodes[i].name or f'#{i - s.graph_nodes[k]}'}/{attr}".lstrip("/")
+                          for (i, attr, _), k in zip(group, ks)]
+                    gs = [sg for _, _, sg in group]
+                    for (i, _, _), k, free in zip(group, ks, self.graph(gs, self.scan_of(gs), at,
+                                                                        [scopes[k] for k in ks])[0]):
+                        for x in free:
+                            j = s.find(x, k)
+                            if j >= 0 and producer[j] >= 0:
+                                sub_reads.append((i, int(producer[j])))
+                            elif not (j >= 0 and given[j]):  # the body found it in an outer graph
+                                frees[k].add(x)
+                return sub_reads, lo
+            except (InputError, UnsupportedError):
+                if groups is singly or len(paths) > 1:
+                    raise
 
     def _utf8(self, s, ids: np.ndarray, what: str):
         """Refuse the first of the string ids ``ids`` that is not UTF-8, if any."""
@@ -334,7 +354,7 @@ class Validator:
                  and self.op_fault(s.names[k >> 32], s.names[k & 0xFFFFFFFF], self.opsets)]
         return first_true(np.isin(kind, wrong), n) if wrong else n
 
-    def _attr_tensors(self, g, s, odd: np.ndarray, lo: int, hi: int):
+    def _attr_tensors(self, nodes, s, odd: np.ndarray, lo: int, hi: int):
         """Validator.tensor for the attribute tensors of nodes lo..hi-1 the
         vectorised check leaves (``odd``: wire.Scan.odd_attributes)."""
         if hi <= lo or not len(odd):
@@ -342,41 +362,8 @@ class Validator:
         first, last = s.node_attr_off[lo], s.node_attr_off[min(hi, s.n_nodes)]
         for a in odd[(odd >= first) & (odd < last)].tolist():
             i = int(np.searchsorted(s.node_attr_off, a, side="right")) - 1
-            for t in attr_tensors([g.node[i].attribute[a - int(s.node_attr_off[i])]]):
+            for t in attr_tensors([nodes[i].attribute[a - int(s.node_attr_off[i])]]):
                 self.tensor(t)
-
-    def _acyclic(self, nodes, s, producer: np.ndarray, sub_reads: list, where: str) -> bool:
-        """Whether each node reads only names written before it (so the graph
-        is acyclic); else Kahn's algorithm, and a cycle named through one node."""
-        reader = np.repeat(np.arange(s.n_nodes), np.diff(s.node_in_off))
-        dep = producer[s.in_ids]
-        if not (dep >= reader).any() and all(j < i for i, j in sub_reads):
-            return True
-        deps: list[set] = [set() for _ in nodes]
-        for i, j in [*zip(reader.tolist(), dep.tolist()), *sub_reads]:
-            if j >= 0:
-                deps[i].add(j)
-        users: list[list[int]] = [[] for _ in nodes]
-        for i, ds in enumerate(deps):
-            for d in ds:
-                users[d].append(i)
-        indeg = [len(ds) for ds in deps]
-        ready = [i for i, k in enumerate(indeg) if k == 0]
-        for i in ready:  # grows while it is walked
-            for u in users[i]:
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    ready.append(u)
-        if len(ready) == len(nodes):
-            return False
-        # Every node left has an unprocessed dependency: following those must
-        # revisit a node, which lies on a cycle.
-        i = next(k for k, v in enumerate(indeg) if v > 0)
-        seen = set()
-        while i not in seen:
-            seen.add(i)
-            i = next(d for d in deps[i] if indeg[d] > 0)
-        self.fail(f"{where} contains a cycle (through node {_node_label(nodes[i], i)})")
 
     # -- tensors and external data ---------------------------------------
     def tensor(self, t: TensorProto):

@@ -13,7 +13,7 @@ A model whose bytes it declines is scanned as protobuf re-serializes it
 (which merges a field given twice). A Scan is a fact about bytes that protobuf also parsed;
 nothing here refuses a file.
 
-The arrays (main graph only): per node ``node_op``, ``node_dom``,
+The arrays (the main graph; scan_graphs: several graphs'): per node ``node_op``, ``node_dom``,
 ``node_name`` (string ids), ``node_flags`` (NF_*), ``node_start`` /
 ``node_end`` (the node's field in the file, key included), inputs
 ``in_ids[node_in_off[i]:node_in_off[i+1]]`` and outputs likewise (id 0 is
@@ -41,11 +41,11 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..libs import find, reinstall_command
-from .format import ELEM_BITS, KNOWN_TYPES, elem_bits, len_field
+from .format import ELEM_BITS, KNOWN_TYPES, elem_bits
 
 LIBRARY = "libgelu_onnx_scan.so"
 ENV_LIBRARY = "GELU_ONNX_SCAN_LIBRARY"
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 OK, MALFORMED, UNSUPPORTED = 0, 1, 2
 # node_flags / attr_flags (plugins/scan/gelu_onnx_scan.cpp)
@@ -56,13 +56,8 @@ IF_SEGMENT, IF_RAW, IF_RAW_TWICE, IF_METADATA, IF_DOC = 1, 2, 4, 8, 16
 SF_BAD_UTF8, SF_NUL = 1, 2
 
 # Per-tensor columns: init_* (initializers) and at_* (attribute tensors) alike
-_TENSOR_I32 = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len")
-_TENSOR_I64 = ("dims", "loc", "typed")
-_I32 = frozenset(("node_op", "node_dom", "node_name", "node_flags", "node_in_off", "in_ids", "node_out_off", "out_ids",
-        "node_attr_off", "attr_name", "attr_flags", "init_name", "at_attr", "input_name", "output_name", "vi_name",
-        "str_flags", "node_start", "node_end", "attr_start", "attr_end", "vi_start", "vi_end", "str_off",
-        *(p + c for p in ("init_", "at_") for c in _TENSOR_I32)))
-_I64 = frozenset(("model_info", *(p + c for p in ("init_", "at_") for c in _TENSOR_I64)))
+_TENSOR_COLUMNS = ("dtype", "dims_off", "flags", "ext", "start", "end", "raw_start", "raw_len",  # int32
+                   "dims", "loc", "typed")  # int64
 
 _lib = None  # the loaded library, False when there is none
 
@@ -77,23 +72,17 @@ def _library():
                 lib = ctypes.CDLL(str(path))
                 lib.gos_version.restype = ctypes.c_int32
                 if lib.gos_version() == ABI_VERSION:
-                    lib.gos_scan.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-                    lib.gos_scan.restype = ctypes.c_void_p
-                    lib.gos_status.argtypes = [ctypes.c_void_p]
-                    lib.gos_message.argtypes = [ctypes.c_void_p]
-                    lib.gos_message.restype = ctypes.c_char_p
-                    for f, t in (("gos_i32", ctypes.c_int32), ("gos_i64", ctypes.c_int64)):
-                        fn = getattr(lib, f)
-                        fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(t))]
-                        fn.restype = ctypes.c_int64
-                    lib.gos_blob.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
-                    lib.gos_blob.restype = ctypes.c_int64
-                    lib.gos_free.argtypes = [ctypes.c_void_p]
-                    lib.gos_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64]
-                    lib.gos_find.restype = ctypes.c_int64
-                    lib.gos_find_many.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
-                                                  ctypes.c_int64, ctypes.POINTER(ctypes.c_int32)]
-                    lib.gos_find_many.restype = ctypes.c_int64
+                    # p: a handle, or an array's address (ndarray.ctypes.data)
+                    p, i64, ptr, text = ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER, ctypes.c_char_p
+                    for f, res, args in (("gos_scan", p, [text, ctypes.c_size_t]),
+                                         ("gos_scan_graphs", p, [text, ctypes.c_size_t, p, i64]),
+                                         ("gos_status", ctypes.c_int, [p]), ("gos_message", text, [p]),
+                                         ("gos_i32", i64, [p, text, ptr(ptr(ctypes.c_int32))]),
+                                         ("gos_i64", i64, [p, text, ptr(ptr(i64))]),
+                                         ("gos_blob", i64, [p, ptr(text)]), ("gos_free", None, [p]),
+                                         ("gos_find", i64, [p, i64, text, i64]),
+                                         ("gos_find_many", i64, [p, i64, text, p, i64, p])):
+                        getattr(lib, f).restype, getattr(lib, f).argtypes = res, args
                     _lib = lib
             except (OSError, AttributeError):
                 _lib = False
@@ -160,29 +149,33 @@ class Names:
 
 
 class Scan:
-    """One model's main graph as arrays (see the module doc); ``find`` looks
+    """One model's main graph (or scan_graphs' graphs) as arrays (see the module doc); ``find`` looks
     a string up in the scanner's own table (no Python dict of every name)."""
 
-    def __init__(self, lib, handle, status: int, message: str, blob: bytes, data: bytes):
-        self._lib, self._handle = lib, handle
+    def __init__(self, lib, handle, data: bytes):
+        self._lib, self._handle = lib, handle  # (__del__ frees it, also when __init__ fails)
         self.data = data  # the bytes scanned
-        self.status, self.message = status, message
-        self.names = Names(blob, self.str_off)
+        self.status = lib.gos_status(handle)
+        self.message = lib.gos_message(handle).decode("utf-8", "replace")
+        blob = ctypes.c_char_p()
+        n = lib.gos_blob(handle, ctypes.byref(blob))
+        self.names = Names(ctypes.string_at(blob, n) if n > 0 else b"", self.str_off)
 
     def __getattr__(self, name):
         """An array, copied from the scanner's result on first use and kept as
         an attribute (a small graph's validation reads half of them: each copy
         is a ctypes call)."""
-        if name not in _I32 and name not in _I64 or "_handle" not in self.__dict__:
+        if name.startswith("_") or "_handle" not in self.__dict__:
             raise AttributeError(name)
-        ctype, fn, dtype = ((ctypes.c_int32, self._lib.gos_i32, np.int32) if name in _I32
-                            else (ctypes.c_int64, self._lib.gos_i64, np.int64))
-        ptr = ctypes.POINTER(ctype)()
-        n = fn(self._handle, name.encode(), ctypes.byref(ptr))
-        a = self.__dict__[name] = np.empty(max(n, 0), dtype)
-        if n > 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
-            ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
-        return a
+        for fn, ctype, dtype in ((self._lib.gos_i32, ctypes.c_int32, np.int32),
+                                 (self._lib.gos_i64, ctypes.c_int64, np.int64)):
+            ptr = ctypes.POINTER(ctype)()
+            n = fn(self._handle, name.encode(), ctypes.byref(ptr))
+            if n >= 0:  # one copy (np.ctypeslib.as_array makes a ctypes type per call)
+                a = self.__dict__[name] = np.empty(n, dtype)
+                ctypes.memmove(a.ctypes.data, ptr, a.nbytes)
+                return a
+        raise AttributeError(name)
 
     @property
     def n_nodes(self) -> int:
@@ -207,20 +200,18 @@ class Scan:
         """String ``i`` as protobuf hands it back: bytes when it is not UTF-8."""
         return self.names.raw(i) if self.str_flags[i] & SF_BAD_UTF8 else self.names[i]
 
-    def find(self, name: str) -> int:
-        """The id of ``name``, -1 when the model has no such string."""
+    def find(self, name: str, graph: int = 0) -> int:
+        """The id of ``name`` in graph ``graph`` of the scan, -1 when it has no such string."""
         b = name.encode("utf-8", "surrogatepass")
-        return int(self._lib.gos_find(self._handle, b, len(b)))
+        return int(self._lib.gos_find(self._handle, graph, b, len(b)))
 
-    def find_many(self, names) -> np.ndarray:
+    def find_many(self, names, graph: int = 0) -> np.ndarray:
         raw = [n.encode("utf-8", "surrogatepass") for n in names]
-        off = np.zeros(len(raw) + 1, np.int64)
-        np.cumsum([len(b) for b in raw], out=off[1:])
+        off = np.cumsum([0, *map(len, raw)], dtype=np.int64)
         out = np.empty(len(raw), np.int32)
         if raw:
             blob = b"".join(raw)
-            self._lib.gos_find_many(self._handle, blob, off.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
-                                    len(raw), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
+            self._lib.gos_find_many(self._handle, graph, blob, off.ctypes.data, len(raw), out.ctypes.data)
         return out
 
     def __del__(self):
@@ -243,7 +234,7 @@ class TensorColumns:
     float64 (negative, inf or nan for such dims)."""
 
     def __init__(self, scan: Scan, prefix: str):
-        for c in (*_TENSOR_I32, *_TENSOR_I64):
+        for c in _TENSOR_COLUMNS:
             setattr(self, c, getattr(scan, prefix + c))
         self.n = n = len(self.dtype)
         self.typed = self.typed.reshape(n, 6)
@@ -271,18 +262,17 @@ def raw_scan(data: bytes) -> Scan | None:
     """The scanner's answer for ``data`` whatever its status (tests)."""
     lib = require()
     handle = lib.gos_scan(data, len(data))
-    if not handle:
-        return None
-    try:
-        status = lib.gos_status(handle)
-        message = lib.gos_message(handle).decode("utf-8", "replace")
-        blob = ctypes.c_char_p()
-        n = lib.gos_blob(handle, ctypes.byref(blob))
-        raw = ctypes.string_at(blob, n) if n > 0 else b""
-    except BaseException:
-        lib.gos_free(handle)
-        raise
-    return Scan(lib, handle, status, message, raw, data)
+    return Scan(lib, handle, data) if handle else None
+
+
+def scan_graphs(graphs) -> Scan | None:
+    """One scan of GraphProtos (If/Loop/Scan bodies) as protobuf serializes them, whatever its status:
+    their rows one after another (``graph_nodes`` / ``_inits`` / ``_outputs``: where each graph's start,
+    then the count), each graph's strings apart (``find(name, graph)``; its "" is an id of its own)."""
+    lib, parts = require(), [g.SerializeToString() for g in graphs]
+    off, data = np.cumsum([0, *map(len, parts)], dtype=np.int64), b"".join(parts)
+    handle = lib.gos_scan_graphs(data, len(data), off.ctypes.data, len(parts))
+    return Scan(lib, handle, data) if handle else None
 
 
 def declined(s: Scan | None) -> str | None:
@@ -304,9 +294,3 @@ def scan(data: bytes) -> Scan | None:
     s = raw_scan(data)
     return s if declined(s) is None else None
 
-
-def as_model(graph) -> bytes:
-    """``graph`` (a GraphProto: an If/Loop/Scan body) as protobuf serializes
-    it, as the graph field (7) of a ModelProto holding nothing else: how a
-    subgraph is scanned."""
-    return len_field(graph.SerializeToString(), 7)

@@ -20,7 +20,7 @@
 
 namespace {
 
-constexpr int32_t kVersion = 3;
+constexpr int32_t kVersion = 4;
 
 enum Wire { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
 
@@ -229,7 +229,10 @@ inline uint64_t hash_bytes(const uint8_t* s, size_t n) {
   return h;
 }
 
-// Every distinct string once, in first-seen order (id 0 is ""). The scan
+// Every distinct string of each graph once, in first-seen order (id 0 is
+// "", and each graph's first id is its ""; a scan of several graphs interns
+// each apart, its hashes salted by the graph's index: a name means something
+// only in its graph). The scan
 // records where each string occurs (note); resolve() then interns them all
 // in order, with the table slot of a string a few ahead prefetched: every
 // probe of a big table is a cache miss, and so they overlap. Names are also
@@ -244,8 +247,16 @@ class Strings {
     while (n < 2 * expected && n < (size_t(1) << 30)) n <<= 1;
     slots_.assign(n, 0);
     hot_.assign(kHot, 0);
-    note(base, 0);  // occurrence 0: "" (absent strings read as it)
   }
+
+  // A graph starts: its strings are interned apart from the previous graphs'.
+  void begin() {
+    cuts_.push_back(occ_pos_.size());
+    empty_ = note(base_, 0);  // the graph's first string: ""
+  }
+
+  // The current graph's "" (what an absent string reads as).
+  int32_t empty() const { return empty_; }
 
   // Where a string occurs; returns the occurrence's index.
   int32_t note(const uint8_t* s, size_t n) {
@@ -259,13 +270,20 @@ class Strings {
   std::vector<int32_t> resolve() {
     size_t m = occ_pos_.size();
     std::vector<uint64_t> h(m);
-    for (size_t k = 0; k < m; ++k) h[k] = hash_bytes(base_ + occ_pos_[k], occ_len_[k]);
+    size_t g = 0;  // the graph of occurrence k
+    for (size_t k = 0; k < m; ++k) {
+      while (g + 1 < cuts_.size() && cuts_[g + 1] <= k) ++g;
+      h[k] = salted(hash_bytes(base_ + occ_pos_[k], occ_len_[k]), g);
+    }
     std::vector<int32_t> ids(m);
     constexpr size_t kAhead = 16;
+    g = 0;
     for (size_t k = 0; k < m; ++k) {
+      if (g < cuts_.size() && cuts_[g] == k) first_.push_back(int32_t(flags_.size())), ++g;
       if (k + kAhead < m) __builtin_prefetch(&slots_[size_t(h[k + kAhead]) & (slots_.size() - 1)]);
       ids[k] = intern(base_ + occ_pos_[k], occ_len_[k], h[k]);
     }
+    first_.push_back(int32_t(flags_.size()));
     std::vector<uint32_t>().swap(occ_pos_);
     std::vector<uint32_t>().swap(occ_len_);
     std::vector<uint64_t>().swap(hashes_);
@@ -273,30 +291,36 @@ class Strings {
     return ids;
   }
 
-  // The id of a string, or -1 (after resolve()).
-  int32_t find(const uint8_t* s, size_t n) const {
-    uint64_t h = hash_bytes(s, n);
+  // The id of a string of graph g, or -1 (after resolve()).
+  int32_t find(const uint8_t* s, size_t n, int64_t g) const {
+    if (g < 0 || size_t(g) + 1 >= first_.size()) return -1;
+    uint64_t h = salted(hash_bytes(s, n), size_t(g));
     uint64_t tag = (h >> 32) | 1;
     size_t mask = slots_.size() - 1;
     for (size_t i = size_t(h) & mask;; i = (i + 1) & mask) {
       uint64_t slot = slots_[i];
       if (slot == 0) return -1;
       int32_t id = int32_t(uint32_t(slot));
-      if ((slot >> 32) == tag && same(id, s, n)) return id;
+      if ((slot >> 32) == tag && id >= first_[g] && id < first_[g + 1] && same(id, s, n)) return id;
     }
   }
 
   std::string blob_;
   std::vector<int32_t> off_{0};
   std::vector<int32_t> flags_;
+  std::vector<int32_t> first_;  // each graph's first id, then the count
 
  private:
   static constexpr size_t kHot = 4096;
 
+  static uint64_t salted(uint64_t h, size_t g) { return h ^ (uint64_t(g) * 0x9E3779B97F4A7C15ull); }
+
   int32_t intern(const uint8_t* s, size_t n, uint64_t h) {
     uint64_t tag = (h >> 32) | 1;  // never 0: a slot is (tag << 32 | id), 0 = empty
     uint64_t& hot = hot_[(h >> 20) & (kHot - 1)];
-    if ((hot >> 32) == tag && same(int32_t(uint32_t(hot)), s, n)) return int32_t(uint32_t(hot));
+    int32_t lo = first_.back();  // the current graph's ids
+    if ((hot >> 32) == tag && int32_t(uint32_t(hot)) >= lo && same(int32_t(uint32_t(hot)), s, n))
+      return int32_t(uint32_t(hot));
     size_t mask = slots_.size() - 1;
     for (size_t i = size_t(h) & mask;; i = (i + 1) & mask) {
       uint64_t slot = slots_[i];
@@ -306,7 +330,7 @@ class Strings {
         return id;
       }
       int32_t id = int32_t(uint32_t(slot));
-      if ((slot >> 32) == tag && same(id, s, n)) {
+      if ((slot >> 32) == tag && id >= lo && same(id, s, n)) {
         hot = slot;
         return id;
       }
@@ -344,6 +368,8 @@ class Strings {
 
   const uint8_t* base_ = nullptr;
   std::vector<uint32_t> occ_pos_, occ_len_;
+  std::vector<size_t> cuts_;  // each graph's first occurrence
+  int32_t empty_ = 0;
   std::vector<uint64_t> slots_, hot_;
   std::vector<uint64_t> hashes_;
 };
@@ -385,6 +411,8 @@ struct gos_result {
   // spans: int32 is enough (the file is under 2 GiB)
   std::vector<int32_t> node_start, node_end, attr_start, attr_end, vi_start, vi_end, str_off;
   std::vector<int64_t> model_info;
+  // per graph of the scan, where its rows start (then their count): nodes, initializers, outputs, string ids
+  std::vector<int32_t> graph_nodes, graph_inits, graph_outputs, graph_strs;
   TensorCols init, at;  // initializers; attribute tensors (one per at_attr entry)
 };
 
@@ -392,7 +420,7 @@ namespace {
 
 class Scanner {
  public:
-  Scanner(gos_result& r, const uint8_t* base, size_t size) : r_(r), base_(base), s_(r.strings) {
+  Scanner(gos_result& r, const uint8_t* base, size_t size) : r_(r), base_(base), size_(size), s_(r.strings) {
     // Room for what a file of this size typically holds; reserved, not
     // touched (the vectors still grow if a file holds more).
     size_t nodes = size / 16 + 16;
@@ -427,12 +455,23 @@ class Scanner {
     }
     if (graphs != 1) unsupported("not exactly one graph field");
     graph(gval, gend);
+    end_graphs();
     r_.model_info = {gstart - base_, gval - base_, gend - base_};
+  }
+
+  // Graphs, each serialized apart: [data + off[k], data + off[k + 1]).
+  void graphs(const uint8_t* data, const int64_t* off, int64_t count) {
+    for (int64_t k = 0; k < count; ++k) {
+      if (off[k] < 0 || off[k + 1] < off[k] || uint64_t(off[k + 1]) > size_) malformed("a graph outside the data");
+      graph(data + off[k], data + off[k + 1]);
+    }
+    end_graphs();
   }
 
   // Occurrence indices -> string ids, in every array that holds names.
   void resolve() {
     std::vector<int32_t> id = s_.resolve();
+    r_.graph_strs = s_.first_;
     for (auto* v : {&r_.node_op, &r_.node_dom, &r_.node_name, &r_.in_ids, &r_.out_ids, &r_.attr_name,
                     &r_.init_name, &r_.input_name, &r_.output_name, &r_.vi_name})
       for (int32_t& x : *v) x = id[size_t(x)];
@@ -441,9 +480,19 @@ class Scanner {
  private:
   int32_t pos(const uint8_t* p) const { return int32_t(p - base_); }
 
+  void end_graphs() {
+    r_.graph_nodes.push_back(int32_t(r_.node_op.size()));
+    r_.graph_inits.push_back(int32_t(r_.init_name.size()));
+    r_.graph_outputs.push_back(int32_t(r_.output_name.size()));
+  }
+
   int32_t str(const Field& f) { return s_.note(f.val, size_t(f.v)); }
 
   void graph(const uint8_t* p, const uint8_t* end) {
+    s_.begin();
+    r_.graph_nodes.push_back(int32_t(r_.node_op.size()));
+    r_.graph_inits.push_back(int32_t(r_.init_name.size()));
+    r_.graph_outputs.push_back(int32_t(r_.output_name.size()));
     while (p < end) {
       Field f = next(p, end);
       if (!reads(kGraphWire, f)) continue;
@@ -468,7 +517,7 @@ class Scanner {
   }
 
   void node(const Field& nf) {
-    int32_t op = 0, dom = 0, name = 0, flags = 0;
+    int32_t op = s_.empty(), dom = op, name = op, flags = 0;
     const uint8_t* p = nf.val;
     while (p < nf.end) {
       Field f = next(p, nf.end);
@@ -520,7 +569,7 @@ class Scanner {
   // `t` field (a Constant's value), into the at_* columns (a `t` given twice
   // is merged by protobuf, `tensors` and sparse tensors are left to Python).
   int32_t attribute(const Field& af) {
-    int32_t name = 0, flags = 0, ts = 0, others = 0;
+    int32_t name = s_.empty(), flags = 0, ts = 0, others = 0;
     Field t{};
     const uint8_t* p = af.val;
     while (p < af.end) {
@@ -575,7 +624,7 @@ class Scanner {
   // (``named``: else the name is not noted, an attribute tensor's name being
   // no name of the graph).
   int32_t tensor(const Field& tf, TensorCols& c, bool named) {
-    int32_t name = 0, flags = 0, ext = 0;
+    int32_t name = s_.empty(), flags = 0, ext = 0;
     int64_t dtype = 0, loc = 0;
     int32_t raw_start = -1, raw_len = -1;
     int64_t typed[6] = {0, 0, 0, 0, 0, 0};
@@ -656,7 +705,7 @@ class Scanner {
   }
 
   int32_t value_info(const Field& vf, bool spans) {
-    int32_t name = 0;
+    int32_t name = s_.empty();
     const uint8_t* p = vf.val;
     while (p < vf.end) {
       Field f = next(p, vf.end);
@@ -671,6 +720,7 @@ class Scanner {
 
   gos_result& r_;
   const uint8_t* base_;
+  size_t size_;
   Strings& s_;
 };
 
@@ -700,18 +750,16 @@ const std::vector<T>* tensor_col(const gos_result* r, const char* name) {
   else return c->i64(name);
 }
 
-}  // namespace
-
-extern "C" {
-
-gos_result* gos_scan(const uint8_t* data, size_t size) {
+// A scan of [data, data + size): a model (count < 0) or count graphs (gos_scan_graphs).
+gos_result* run(const uint8_t* data, size_t size, const int64_t* off, int64_t count) {
   gos_result* r = new (std::nothrow) gos_result();
   if (r == nullptr) return nullptr;
   try {
     if (data == nullptr && size) malformed("no data");
     if (size > 0x7FFFFFFFu) unsupported("over 2 GiB");
     Scanner sc(*r, data, size);
-    sc.model(data, data + size);
+    if (count < 0) sc.model(data, data + size);
+    else sc.graphs(data, off, count);
     sc.resolve();
   } catch (const Stop& s) {
     r->status = s.status;
@@ -723,6 +771,15 @@ gos_result* gos_scan(const uint8_t* data, size_t size) {
   r->str_off = r->strings.off_;
   r->str_flags = r->strings.flags_;
   return r;
+}
+}  // namespace
+
+extern "C" {
+
+gos_result* gos_scan(const uint8_t* data, size_t size) { return run(data, size, nullptr, -1); }
+
+gos_result* gos_scan_graphs(const uint8_t* data, size_t size, const int64_t* off, int64_t count) {
+  return run(data, size, off, count);
 }
 
 int gos_status(const gos_result* r) { return r->status; }
@@ -755,6 +812,10 @@ int64_t gos_i32(const gos_result* r, const char* name, const int32_t** out) {
   if (!std::strcmp(name, "vi_start")) return expose(r->vi_start, out);
   if (!std::strcmp(name, "vi_end")) return expose(r->vi_end, out);
   if (!std::strcmp(name, "str_off")) return expose(r->str_off, out);
+  if (!std::strcmp(name, "graph_nodes")) return expose(r->graph_nodes, out);
+  if (!std::strcmp(name, "graph_inits")) return expose(r->graph_inits, out);
+  if (!std::strcmp(name, "graph_outputs")) return expose(r->graph_outputs, out);
+  if (!std::strcmp(name, "graph_strs")) return expose(r->graph_strs, out);
   return -1;
 }
 
@@ -769,16 +830,17 @@ int64_t gos_blob(const gos_result* r, const char** out) {
   return int64_t(r->strings.blob_.size());
 }
 
-int64_t gos_find(const gos_result* r, const char* s, int64_t n) {
+int64_t gos_find(const gos_result* r, int64_t graph, const char* s, int64_t n) {
   if (r->status != GOS_OK || n < 0) return -1;
-  return r->strings.find(reinterpret_cast<const uint8_t*>(s), size_t(n));
+  return r->strings.find(reinterpret_cast<const uint8_t*>(s), size_t(n), graph);
 }
 
-int64_t gos_find_many(const gos_result* r, const char* blob, const int64_t* off, int64_t count, int32_t* out) {
+int64_t gos_find_many(const gos_result* r, int64_t graph, const char* blob, const int64_t* off, int64_t count,
+                      int32_t* out) {
   if (r->status != GOS_OK) return -1;
   for (int64_t k = 0; k < count; ++k) {
     if (off[k + 1] < off[k]) return -1;
-    out[k] = r->strings.find(reinterpret_cast<const uint8_t*>(blob + off[k]), size_t(off[k + 1] - off[k]));
+    out[k] = r->strings.find(reinterpret_cast<const uint8_t*>(blob + off[k]), size_t(off[k + 1] - off[k]), graph);
   }
   return count;
 }

@@ -42,6 +42,11 @@ typedef struct gos_result gos_result;
 
 /* Scan size bytes at data; always returns a handle (NULL only when out of memory). */
 GOS_API gos_result* gos_scan(const uint8_t* data, size_t size);
+/* Scan count GraphProtos, graph k serialized at data[off[k]..off[k+1]), into one
+ * result: their rows one after another (graph_nodes, graph_inits, graph_outputs
+ * say where each graph's start), each graph's strings interned apart (graph_strs:
+ * its first id, its ""), as gos_scan does. */
+GOS_API gos_result* gos_scan_graphs(const uint8_t* data, size_t size, const int64_t* off, int64_t count);
 GOS_API int gos_status(const gos_result* r);
 /* Why the status is not GOS_OK (a short English phrase), else "". */
 GOS_API const char* gos_message(const gos_result* r);
@@ -51,10 +56,11 @@ GOS_API int64_t gos_i32(const gos_result* r, const char* name, const int32_t** o
 GOS_API int64_t gos_i64(const gos_result* r, const char* name, const int64_t** out);
 /* The string table: every distinct string, each followed by a NUL byte. */
 GOS_API int64_t gos_blob(const gos_result* r, const char** out);
-/* The id of the string s[0..n), or -1 when no string of the model is it. */
-GOS_API int64_t gos_find(const gos_result* r, const char* s, int64_t n);
+/* The id of the string s[0..n) of graph ``graph`` (0: the model's), or -1 when it has no such string. */
+GOS_API int64_t gos_find(const gos_result* r, int64_t graph, const char* s, int64_t n);
 /* gos_find for count strings: string k is blob[off[k]..off[k+1]); ids to out. */
-GOS_API int64_t gos_find_many(const gos_result* r, const char* blob, const int64_t* off, int64_t count, int32_t* out);
+GOS_API int64_t gos_find_many(const gos_result* r, int64_t graph, const char* blob, const int64_t* off, int64_t count,
+                              int32_t* out);
 GOS_API void gos_free(gos_result* r);
 /* The ABI version of this library (the Python side checks it). */
 GOS_API int32_t gos_version(void);

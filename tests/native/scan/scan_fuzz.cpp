@@ -5,7 +5,10 @@
 // is an ASan error). The scanner must return a status for each, never crash;
 // after an OK scan every array must be self-consistent (offsets in range,
 // spans inside the buffer, ids inside the string table), the initializers'
-// and the attribute tensors' columns alike.
+// and the attribute tensors' columns alike. The same bytes are also scanned as
+// several graphs at once (gos_scan_graphs: a scanned model's graph field given
+// 1-3 times, else the buffer cut at random), each graph's rows and strings apart.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -125,8 +128,42 @@ void check(const gos_result* r, size_t size) {
     for (int64_t k = 0; k < n; ++k)
       if (ids[k] < 0 || ids[k] >= nstr) fail(name);
   }
-  for (int64_t k = 0; k < nstr; ++k)
-    if (gos_find(r, blob + off[k], off[k + 1] - off[k] - 1) != k) fail("gos_find");
+  // each graph's rows in order, its strings its own: found in that graph only
+  const int32_t *gn, *gs;
+  int64_t graphs = gos_i32(r, "graph_nodes", &gn) - 1;
+  if (graphs < 0 || gos_i32(r, "graph_strs", &gs) != graphs + 1 || gn[graphs] != nodes || gs[graphs] != nstr)
+    fail("graph_*");
+  for (int64_t g = 0; g < graphs; ++g) {
+    if (gn[g + 1] < gn[g] || gs[g + 1] <= gs[g] || off[gs[g] + 1] - off[gs[g]] != 1) fail("graph_*");
+    for (int64_t i = gn[g]; i < gn[g + 1]; ++i)
+      if (op[i] < gs[g] || op[i] >= gs[g + 1]) fail("a node's op outside its graph's strings");
+    for (int64_t k = gs[g]; k < gs[g + 1]; ++k)
+      if (gos_find(r, g, blob + off[k], off[k + 1] - off[k] - 1) != k) fail("gos_find");
+  }
+}
+
+void scan_graphs(const std::vector<uint8_t>& bytes, const gos_result* model) {
+  std::vector<uint8_t> data;
+  std::vector<int64_t> cuts{0};
+  const int64_t* info;
+  if (gos_status(model) == GOS_OK && gos_i64(model, "model_info", &info) == 3) {
+    for (uint64_t k = 0, n = 1 + rnd() % 3; k < n; ++k) {
+      data.insert(data.end(), bytes.begin() + info[1], bytes.begin() + info[2]);
+      cuts.push_back(int64_t(data.size()));
+    }
+  } else {
+    data = bytes;
+    for (uint64_t k = 0, n = rnd() % 3; k < n && !data.empty(); ++k) cuts.push_back(int64_t(rnd() % data.size()));
+    cuts.push_back(int64_t(data.size()));
+    std::sort(cuts.begin(), cuts.end());
+  }
+  uint8_t* buf = static_cast<uint8_t*>(std::malloc(data.size() ? data.size() : 1));
+  if (!data.empty()) std::memcpy(buf, data.data(), data.size());
+  gos_result* r = gos_scan_graphs(buf, data.size(), cuts.data(), int64_t(cuts.size()) - 1);
+  if (r == nullptr) fail("no result");
+  check(r, data.size());
+  gos_free(r);
+  std::free(buf);
 }
 
 void one(const std::vector<uint8_t>& bytes, long* counts) {
@@ -137,6 +174,7 @@ void one(const std::vector<uint8_t>& bytes, long* counts) {
   if (r == nullptr) fail("no result");
   counts[gos_status(r)]++;
   check(r, bytes.size());
+  scan_graphs(bytes, r);
   gos_free(r);
   std::free(buf);
 }
