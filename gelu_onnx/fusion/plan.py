@@ -32,7 +32,7 @@ from ..onnxio.arraytable import ArrayTable, outer_references, scanned_table, sub
 from ..onnxio.walk import subgraphs
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """A GELU found in a graph; legacy: a CustomGeluPluginDynamic node, whose
     bias is an array (``legacy_bias``), not a tensor of the graph."""
@@ -45,7 +45,7 @@ class Candidate:
     order: tuple = (0, 0)
 
 
-@dataclass
+@dataclass(slots=True)
 class Selected:
     """A candidate the target will rewrite, with every decision taken: the
     type it computes in and the op it becomes (``emission.inputs_bias``: the
@@ -64,10 +64,10 @@ class Selected:
         return self.emission.inputs_bias
 
     @property
-    def removed(self) -> list[int]:
+    def removed(self) -> tuple[int, ...]:
         """The nodes the rewrite replaces: the region's, and the bias Add folded in."""
         mt = self.match
-        return [*mt.nodes, *([mt.bias_node] if self.use_bias and mt.bias_node is not None else [])]
+        return (*mt.nodes, mt.bias_node) if self.use_bias and mt.bias_node is not None else mt.nodes
 
 
 @dataclass
@@ -244,11 +244,16 @@ def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]
     target's op go to ``res``. Returns the dtypes of the model-local function
     bodies the target writes (see _function_dtypes)."""
     for g in plan.graphs:
-        decided = [(c.order, *_decide(g.index, c, target)) for c in g.candidates]
-        g.selected.extend(what for _, kind, what in decided if kind == "selected")
-        decided.sort(key=lambda d: d[0])  # the report lists them in candidate order
-        res.near_misses.extend(what for _, kind, what in decided if kind == "miss")
-        res.already.extend(what for _, kind, what in decided if kind == "already")
+        others = []  # (order, kind, what) of the rest (few): no tuple per GELU selected
+        for c in g.candidates:
+            kind, what = _decide(g.index, c, target)
+            if kind == "selected":
+                g.selected.append(what)
+            else:
+                others.append((c.order, kind, what))
+        others.sort(key=lambda d: d[0])  # the report lists them in candidate order
+        res.near_misses.extend(what for _, kind, what in others if kind == "miss")
+        res.already.extend(what for _, kind, what in others if kind == "already")
         res.near_misses.extend(g.misses)
     return _function_dtypes(plan, target)
 
