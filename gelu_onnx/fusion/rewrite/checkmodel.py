@@ -1,5 +1,6 @@
 """The input's check model: what onnx.checker's full check of the input sees,
-with repeated GELU regions left out (docs/safety.md, "The check model").
+with repeated GELU regions left out (docs/safety.md, "The check model", says
+why it meets every fault the input's own check would).
 
 A fused region with its x, constants and types like one seen before (the
 same class) is replaced by a stand-in that infers exactly what the region
@@ -9,23 +10,12 @@ infers and fails exactly when x's type differs from the class's:
     Add(x, 0) -> t; Cast(t, to) -> root    constants force on x, of their
                                            highest rank: [], [1], [1, 1] ...)
 
-The first region of each class is kept whole, with two assertions: Add(x, 0)
-(x has the class's type) and Add(root, 0') (the region infers the class's
-root type). Everything else (every other node, initializer, value_info, the
-bias Adds) is the input's own. So onnx.checker's strict inference over this
-model meets every fault the input's check would: outside the regions the
-types and shapes are the input's; each class is checked once on a real x;
-and a region of a class differs from the checked one only in names and in
-x, whose type the stand-in asserts and whose shape cannot change an
-inference over one-element constants (all-ones shapes: broadcasting with
-them widens x to their highest rank and does nothing else). Regions that declare types or shapes of
-their inner tensors, or whose inner tensors something else reads, are kept
-whole. A check model that fails is not trusted: the caller checks the input
-file itself for the message.
-
-It is assembled from the bytes the native scanner read: every node the
-check model keeps is its node field as written, copied. A main graph holding subgraphs has no check model (their bodies
-read outer names): the input is checked.
+The first region of each class is kept whole, with Add(x, 0) and Add(root, 0')
+asserting its x and root types; everything else is the input's own: the node
+fields the native scanner read, copied. Regions whose inner tensors something
+else declares or reads are kept whole. A check model that fails is not trusted
+(the caller checks the input itself); a main graph holding subgraphs has none
+(their bodies read outer names).
 """
 from __future__ import annotations
 
@@ -34,7 +24,7 @@ from itertools import compress
 import numpy as np
 from onnx import ModelProto, helper
 
-from .emit import node_field
+from .emit import NameGen, node_field
 from .graph import node_fields
 from ..match.numeric import region_key, region_types
 from ...onnxio.format import len_field
@@ -55,15 +45,15 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     s = t.scan
     # each class's first region (in candidate order) is kept whole, the
     # later ones stood in for
-    regions = [sel for sel in g.selected if not sel.candidate.legacy and sel.match.single_op is None]
+    regions = [sel for sel in g.selected if not sel.legacy and sel.match.single_op is None]
     regions = list(compress(regions, self_contained(idx, [sel.match for sel in regions])))
     singles = [sel.match for sel in regions]
     number: dict = {}  # class key -> its class, numbered in order of appearance (one hash per region)
     cls = [number.setdefault(class_key(idx, mt), len(number)) for mt in singles]
     first: list = [None] * len(number)  # per class: (order, Match) of its first region
     for sel, c in zip(regions, cls):
-        if first[c] is None or sel.candidate.order[1] < first[c][0]:
-            first[c] = (sel.candidate.order[1], sel.match)
+        if first[c] is None or sel.order[1] < first[c][0]:
+            first[c] = (sel.order[1], sel.match)
     classes: list = []  # per class: (x type, root type, zero rank)
     firsts: list = []   # (last node, x, root, class) of each class's first region
     for key, (_, mt) in zip(number, first):
@@ -78,7 +68,7 @@ def check_model(model: ModelProto, plan) -> bytes | None:
             members.setdefault(c, []).append(mt)
     if not members:
         return None
-    fresh = _Fresh(t)
+    fresh = NameGen([idx])
     zeros: dict = {}
 
     def zero(et: int, rank: int) -> str:
@@ -122,21 +112,6 @@ def _other_fields(s, gval: int, gend: int) -> bytes:
     starts, ends = np.r_[gval, s.node_end], np.r_[s.node_start, gend]
     gaps = np.flatnonzero(ends > starts)
     return b"".join(s.data[a:b] for a, b in zip(starts[gaps].tolist(), ends[gaps].tolist()))
-
-
-class _Fresh:
-    """Names none of the model's strings is, each once."""
-
-    def __init__(self, t):
-        self.t, self.used = t, set()
-
-    def __call__(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.used or self.t.id_of(name) >= 0:
-            k += 1
-            name = f"{base}_{k}"
-        self.used.add(name)
-        return name
 
 
 def self_contained(idx, regions: list) -> np.ndarray:

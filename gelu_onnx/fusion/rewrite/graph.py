@@ -32,9 +32,9 @@ def _emit_all(g, names, dead: set) -> list:
     edits = []
     read, written = [], []
     for s in g.selected:
-        mt, c = s.match, s.candidate
-        if c.legacy:
-            nodes = single_op.legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph)
+        mt = s.match
+        if s.legacy:
+            nodes = single_op.legacy_nodes(mt, s.legacy_bias, s.emission, s.compute_type, names, idx.graph)
         else:
             nodes = emit_nodes(idx, mt, s.emission, s.compute_type, s.use_bias, names, dead)
             dead.update(mt.consts)
