@@ -146,7 +146,7 @@ class Fusion:
     def as_dict(self) -> dict:
         """dataclasses.asdict(self), written out (a report can hold 100 000 of these)."""
         return {"form": self.form, "bias": self.bias, "alpha": self.alpha, "graph": self.graph, "root": self.root,
-                "nodes": list(self.nodes), "dtype": self.dtype, "op": self.op}
+                "nodes": self.nodes, "dtype": self.dtype, "op": self.op}
 
 
 @dataclass
