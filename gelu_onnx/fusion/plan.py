@@ -4,7 +4,7 @@ plan    every graph (main graph, If/Loop/Scan bodies) matched, nothing changed:
         a Plan of one GraphPlan per graph (its index, candidates incl. legacy
         plugin nodes, near-misses);
 select  per candidate, whether the target can express it, in which compute
-        type and as which op, bias Add folded in or not (Selected); the rest
+        type and as which op, bias Add folded in or not; the rest
         become near-misses, and GELUs already in the target's op are reported
         only. inspect reports exactly these decisions;
 rewrite each graph's selected regions replaced by the target's op, then the
@@ -32,10 +32,12 @@ from ..onnxio.arraytable import ArrayTable, outer_references, scanned_table, sub
 from ..onnxio.walk import subgraphs
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """A GELU found in a graph; legacy: a CustomGeluPluginDynamic node, whose
-    bias is an array (``legacy_bias``), not a tensor of the graph."""
+    bias is an array (``legacy_bias``), not a tensor of the graph. select()
+    takes its decisions: the type it computes in and the op it becomes
+    (``emission.inputs_bias``: the bias Add is folded into that op)."""
 
     match: Match
     legacy: bool = False
@@ -43,31 +45,18 @@ class Candidate:
     # its place among the graph's candidates (and so in the report):
     # regions by anchor, then single-op GELUs, then legacy plugin nodes
     order: tuple = (0, 0)
-
-
-@dataclass
-class Selected:
-    """A candidate the target will rewrite, with every decision taken: the
-    type it computes in and the op it becomes (``emission.inputs_bias``: the
-    bias Add is folded into that op)."""
-
-    candidate: Candidate
-    compute_type: int
-    emission: Emission
-
-    @property
-    def match(self) -> Match:
-        return self.candidate.match
+    compute_type: int = 0
+    emission: Emission | None = None
 
     @property
     def use_bias(self) -> bool:
         return self.emission.inputs_bias
 
     @property
-    def removed(self) -> list[int]:
+    def removed(self) -> tuple[int, ...]:
         """The nodes the rewrite replaces: the region's, and the bias Add folded in."""
         mt = self.match
-        return [*mt.nodes, *([mt.bias_node] if self.use_bias and mt.bias_node is not None else [])]
+        return (*mt.nodes, mt.bias_node) if self.use_bias and mt.bias_node is not None else mt.nodes
 
 
 @dataclass
@@ -75,7 +64,7 @@ class GraphPlan:
     index: GraphIndex
     candidates: list[Candidate]
     misses: list[NearMiss]
-    selected: list[Selected] = field(default_factory=list)
+    selected: list[Candidate] = field(default_factory=list)  # select()'s
 
 
 @dataclass
@@ -244,18 +233,24 @@ def select(plan: Plan, target: Target, res: FuseResult) -> dict[str, int | None]
     target's op go to ``res``. Returns the dtypes of the model-local function
     bodies the target writes (see _function_dtypes)."""
     for g in plan.graphs:
-        decided = [(c.order, *_decide(g.index, c, target)) for c in g.candidates]
-        g.selected.extend(what for _, kind, what in decided if kind == "selected")
-        decided.sort(key=lambda d: d[0])  # the report lists them in candidate order
-        res.near_misses.extend(what for _, kind, what in decided if kind == "miss")
-        res.already.extend(what for _, kind, what in decided if kind == "already")
+        others = []  # (order, kind, what) of the rest (few): no tuple per GELU selected
+        for c in g.candidates:
+            kind, what = _decide(g.index, c, target)
+            if kind == "selected":
+                g.selected.append(what)
+            else:
+                others.append((c.order, kind, what))
+        others.sort(key=lambda d: d[0])  # the report lists them in candidate order
+        res.near_misses.extend(what for _, kind, what in others if kind == "miss")
+        res.already.extend(what for _, kind, what in others if kind == "already")
         res.near_misses.extend(g.misses)
     return _function_dtypes(plan, target)
 
 
 def _decide(idx, c: Candidate, target: Target):
     """("miss", NearMiss) when the target cannot express it, ("already",
-    Fusion) when it already is the target's op, else ("selected", Selected)."""
+    Fusion) when it already is the target's op, else ("selected", c) with
+    its decisions taken."""
     mt = c.match
     ct = wider(mt.leaf_type, mt.root_type)
     why = target.unsupported(mt.form, ct)
@@ -266,7 +261,8 @@ def _decide(idx, c: Candidate, target: Target):
     em = target.emission(mt.form, use_bias, mt.alpha)
     if mt.single_op is not None and single_op.already_target(mt, em, use_bias):
         return "already", record(idx, mt, em.qualified, use_bias, ct)
-    return "selected", Selected(c, ct, em)
+    c.compute_type, c.emission = ct, em
+    return "selected", c
 
 
 def report(plan: Plan, target: Target, res: FuseResult) -> None:
@@ -278,7 +274,7 @@ def report(plan: Plan, target: Target, res: FuseResult) -> None:
 
 def _record(g: GraphPlan, res: FuseResult) -> None:
     """The fusions of ``g`` in candidate order."""
-    for s in sorted(g.selected, key=lambda s: s.candidate.order):
+    for s in sorted(g.selected, key=lambda s: s.order):
         res.fusions.append(record(g.index, s.match, s.emission.qualified, s.use_bias, s.compute_type))
 
 

@@ -132,21 +132,21 @@ class MatchResult:
         return self.match is not None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Fusion:
     form: str
     bias: bool
     alpha: float | None
     graph: str
     root: str
-    nodes: list[str]
+    nodes: tuple[str, ...]
     dtype: str
     op: str
 
     def as_dict(self) -> dict:
         """dataclasses.asdict(self), written out (a report can hold 100 000 of these)."""
         return {"form": self.form, "bias": self.bias, "alpha": self.alpha, "graph": self.graph, "root": self.root,
-                "nodes": list(self.nodes), "dtype": self.dtype, "op": self.op}
+                "nodes": self.nodes, "dtype": self.dtype, "op": self.op}
 
 
 @dataclass
@@ -185,8 +185,7 @@ class FuseResult:
 
 def record(idx: GraphIndex, mt: Match, op: str, use_bias: bool, compute_type: int) -> Fusion:
     """The Fusion a match written as ``op`` (the emission's qualified op type) reports."""
-    names = [idx.label(i) for i in mt.nodes]
-    if use_bias and mt.bias_node is not None:
-        names.insert(0, idx.label(mt.bias_node))
+    nodes = (mt.bias_node, *mt.nodes) if use_bias and mt.bias_node is not None else mt.nodes
+    names = tuple(map(idx.label, nodes))  # a tuple of strs: untracked by the cycle collector
     return Fusion(form=mt.form, bias=use_bias, alpha=mt.alpha, graph=idx.path, root=mt.root, nodes=names,
                   dtype=C.FLOAT_DTYPES.get(compute_type, str(compute_type)), op=op)

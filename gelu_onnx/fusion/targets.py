@@ -55,12 +55,12 @@ class Emission:
                 raise ValueError(f"{n.qualified} reads a name not defined before it, or writes one twice")
             known.add(n.output)
 
-    @property
+    @functools.cached_property  # asked per GELU of an Emission made once (Target.emission)
     def inputs_bias(self) -> bool:
         """Whether the bias Add is folded into the nodes (they read ``bias``)."""
         return any("bias" in n.inputs for n in self.nodes)
 
-    @property
+    @functools.cached_property
     def qualified(self) -> str:
         """The op(s) the report names."""
         return "+".join(n.qualified for n in self.nodes)

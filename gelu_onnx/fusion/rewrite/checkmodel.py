@@ -1,5 +1,6 @@
 """The input's check model: what onnx.checker's full check of the input sees,
-with repeated GELU regions left out (docs/safety.md, "The check model").
+with repeated GELU regions left out (docs/safety.md, "The check model", says
+why it meets every fault the input's own check would).
 
 A fused region with its x, constants and types like one seen before (the
 same class) is replaced by a stand-in that infers exactly what the region
@@ -9,30 +10,21 @@ infers and fails exactly when x's type differs from the class's:
     Add(x, 0) -> t; Cast(t, to) -> root    constants force on x, of their
                                            highest rank: [], [1], [1, 1] ...)
 
-The first region of each class is kept whole, with two assertions: Add(x, 0)
-(x has the class's type) and Add(root, 0') (the region infers the class's
-root type). Everything else (every other node, initializer, value_info, the
-bias Adds) is the input's own. So onnx.checker's strict inference over this
-model meets every fault the input's check would: outside the regions the
-types and shapes are the input's; each class is checked once on a real x;
-and a region of a class differs from the checked one only in names and in
-x, whose type the stand-in asserts and whose shape cannot change an
-inference over one-element constants (all-ones shapes: broadcasting with
-them widens x to their highest rank and does nothing else). Regions that declare types or shapes of
-their inner tensors, or whose inner tensors something else reads, are kept
-whole. A check model that fails is not trusted: the caller checks the input
-file itself for the message.
-
-It is assembled from the bytes the native scanner read: every node the
-check model keeps is its node field as written, copied. A main graph holding subgraphs has no check model (their bodies
-read outer names): the input is checked.
+The first region of each class is kept whole, with Add(x, 0) and Add(root, 0')
+asserting its x and root types; everything else is the input's own: the node
+fields the native scanner read, copied. Regions whose inner tensors something
+else declares or reads are kept whole. A check model that fails is not trusted
+(the caller checks the input itself); a main graph holding subgraphs has none
+(their bodies read outer names).
 """
 from __future__ import annotations
+
+from itertools import compress
 
 import numpy as np
 from onnx import ModelProto, helper
 
-from .emit import new_node
+from .emit import NameGen, node_field
 from .graph import node_fields
 from ..match.numeric import region_key, region_types
 from ...onnxio.format import len_field
@@ -53,31 +45,30 @@ def check_model(model: ModelProto, plan) -> bytes | None:
     s = t.scan
     # each class's first region (in candidate order) is kept whole, the
     # later ones stood in for
-    singles = []
-    for sel in g.selected:
-        mt = sel.match
-        if sel.candidate.legacy or mt.single_op is not None or not self_contained(idx, mt):
-            continue
-        singles.append((sel.candidate.order[1], class_key(idx, mt), mt))
-    first: dict = {}  # key -> (order, Match)
-    for order, key, mt in singles:
-        if key not in first or order < first[key][0]:
-            first[key] = (order, mt)
-    classes: dict = {}   # key -> (x type, root type, zero rank)
-    firsts: list = []    # (last node, x, root, key) of each class's first region
-    for key, (_, mt) in first.items():
+    regions = [sel for sel in g.selected if not sel.legacy and sel.match.single_op is None]
+    regions = list(compress(regions, self_contained(idx, [sel.match for sel in regions])))
+    singles = [sel.match for sel in regions]
+    number: dict = {}  # class key -> its class, numbered in order of appearance (one hash per region)
+    cls = [number.setdefault(class_key(idx, mt), len(number)) for mt in singles]
+    first: list = [None] * len(number)  # per class: (order, Match) of its first region
+    for sel, c in zip(regions, cls):
+        if first[c] is None or sel.order[1] < first[c][0]:
+            first[c] = (sel.order[1], sel.match)
+    classes: list = []  # per class: (x type, root type, zero rank)
+    firsts: list = []   # (last node, x, root, class) of each class's first region
+    for key, (_, mt) in zip(number, first):
         types = region_types(idx, mt.nodes, mt.leaf, mt.consts)
         rank = max((len(c[2]) for node in key[0][0] for c in node[2] if isinstance(c, tuple)), default=0)
-        classes[key] = (types.get(mt.leaf), types.get(mt.root), rank)
-        if None not in classes[key][:2]:
-            firsts.append((max(mt.nodes), mt.leaf, mt.root, key))
-    members: dict = {}   # key -> the Matches stood in for
-    for order, key, mt in singles:
-        if None not in classes[key][:2] and first[key][1] is not mt:
-            members.setdefault(key, []).append(mt)
+        classes.append((types.get(mt.leaf), types.get(mt.root), rank))
+        if None not in classes[-1][:2]:
+            firsts.append((max(mt.nodes), mt.leaf, mt.root, len(classes) - 1))
+    members: dict = {}  # class -> the Matches stood in for
+    for mt, c in zip(singles, cls):
+        if None not in classes[c][:2] and first[c][1] is not mt:
+            members.setdefault(c, []).append(mt)
     if not members:
         return None
-    fresh = _Fresh(t)
+    fresh = NameGen([idx])
     zeros: dict = {}
 
     def zero(et: int, rank: int) -> str:
@@ -86,15 +77,15 @@ def check_model(model: ModelProto, plan) -> bytes | None:
         return zeros[(et, rank)]
 
     gone = np.zeros(t.n, bool)
+    gone[[i for whats in members.values() for w in whats for i in w.nodes]] = True
     inserts: list = []  # (node position, 0: in its place / 2: after it, bytes)
-    for key, whats in members.items():
-        tx, troot, rank = classes[key]
-        for w in whats:
-            gone[list(w.nodes)] = True
-            inserts.append((max(w.nodes), 0, _single(w, tx, troot, zero(tx, rank), fresh)))
-    for last, x, root, key in firsts:
-        tx, troot, rank = classes[key]
-        body = b"".join(_field("Add", [n, zero(et, rank)], [fresh(f"{n}_check")])
+    for c, whats in members.items():
+        tx, troot, rank = classes[c]
+        z = zero(tx, rank)
+        inserts.extend((max(w.nodes), 0, _single(w, tx, troot, z, fresh)) for w in whats)
+    for last, x, root, c in firsts:
+        tx, troot, rank = classes[c]
+        body = b"".join(node_field("Add", [n, zero(et, rank)], [fresh(f"{n}_check")], None).data
                         for n, et in ((x, tx), (root, troot)))
         inserts.append((last, 2, body))
     if gone.sum() < MIN_SAVED_SHARE * t.n:
@@ -110,47 +101,43 @@ def check_model(model: ModelProto, plan) -> bytes | None:
 
 def _single(mt, tx, troot, zero: str, fresh) -> bytes:
     if tx == troot:
-        return _field("Add", [mt.leaf, zero], [mt.root])
+        return node_field("Add", [mt.leaf, zero], [mt.root], None).data
     tmp = fresh(f"{mt.root}_check")
-    return _field("Add", [mt.leaf, zero], [tmp]) + _field("Cast", [tmp], [mt.root], to=troot)
-
-
-def _field(op: str, ins: list[str], outs: list[str], **ints) -> bytes:
-    """A default-domain node with INT attributes as a graph's node field."""
-    return len_field(new_node(op, ins, outs, None, **ints).SerializeToString())
+    cast = node_field("Cast", [tmp], [mt.root], None, to=troot)
+    return node_field("Add", [mt.leaf, zero], [tmp], None).data + cast.data
 
 
 def _other_fields(s, gval: int, gend: int) -> bytes:
-    """The graph's fields other than its nodes, as written."""
-    data = s.data
-    if not len(s.node_start):
-        return data[gval:gend]
-    cuts = [gval, *np.ravel(np.stack([s.node_start, s.node_end], axis=1)).tolist(), gend]
-    return b"".join(data[cuts[k]:cuts[k + 1]] for k in range(0, len(cuts), 2) if cuts[k + 1] > cuts[k])
+    """The graph's fields other than its nodes, as written: the gaps around the node fields."""
+    starts, ends = np.r_[gval, s.node_end], np.r_[s.node_start, gend]
+    gaps = np.flatnonzero(ends > starts)
+    return b"".join(s.data[a:b] for a, b in zip(starts[gaps].tolist(), ends[gaps].tolist()))
 
 
-class _Fresh:
-    """Names none of the model's strings is, each once."""
-
-    def __init__(self, t):
-        self.t, self.used = t, set()
-
-    def __call__(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.used or self.t.id_of(name) >= 0:
-            k += 1
-            name = f"{base}_{k}"
-        self.used.add(name)
-        return name
-
-
-def self_contained(idx, mt) -> bool:
-    """Nothing outside the region reads or declares its inner tensors."""
-    region = set(mt.nodes)
-    inner = [o for i in mt.nodes for o in idx.outs[i] if o != mt.root]
-    if len(idx.graph.value_info) and any(o in idx.value_types for o in inner):
-        return False
-    return all(c in region for o in inner for c in idx.consumers[o])
+def self_contained(idx, regions: list) -> np.ndarray:
+    """Per region (a Match), whether nothing outside it reads or declares
+    its inner tensors (every output of its nodes but the root), over the
+    scanner's arrays: each inner name gets its region, and each reader of it
+    (the consumer arrays) must be a node of that region."""
+    t = idx.arrays
+    s = t.scan
+    rid = np.full(t.n, -1, np.int64)  # per node its region
+    sizes = [len(mt.nodes) for mt in regions]
+    rid[[i for mt in regions for i in mt.nodes]] = np.repeat(np.arange(len(regions)), sizes)
+    roots = np.array([idx.name_ids[mt.root] for mt in regions] + [-1], np.int64)  # [-1]: a node of no region
+    writer_region = rid[np.repeat(np.arange(t.n), t.out_count)]
+    inner = (writer_region >= 0) & (s.out_ids != roots[writer_region])
+    region_of = np.full(len(t.names), -1, np.int64)  # per inner name its region
+    region_of[s.out_ids[inner]] = writer_region[inner]
+    of_reader = region_of[np.repeat(np.arange(len(t.names)), np.diff(t.cons_off))]
+    bad = of_reader[(of_reader >= 0) & (rid[t.cons_nodes] != of_reader)]
+    if len(idx.graph.value_info):  # declared inner types: such a region is kept whole
+        declared = np.zeros(len(t.names), bool)
+        declared[[idx.name_ids[n] for n in idx.value_types]] = True
+        bad = np.concatenate([bad, writer_region[inner & declared[s.out_ids]]])
+    ok = np.ones(len(regions), bool)
+    ok[bad] = False
+    return ok
 
 
 def class_key(idx, mt) -> tuple:
@@ -160,5 +147,5 @@ def class_key(idx, mt) -> tuple:
     match alike, but the checker wants an opset import for the one written)."""
     key = mt.key if mt.key is not None else region_key(idx, mt.anchor, mt.nodes, mt.leaf, mt.root, mt.consts)
     attrs = tuple((k, b"".join(a.SerializeToString() for a in idx.nodes[i].attribute))
-                  for k, i in enumerate(mt.nodes) if idx.has_attributes(i))
+                  for k, i in enumerate(mt.nodes) if i in idx.attributed)
     return key, attrs, tuple(idx.domains[i] for i in mt.nodes)

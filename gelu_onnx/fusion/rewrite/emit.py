@@ -1,14 +1,17 @@
 """The nodes a rewrite writes and the graph edits around them: one match's
-replacement as NodeProtos (emit_nodes), then the constants that only the
+replacement as node fields (emit_nodes), then the constants that only the
 removed GELU spellings used dropped; nothing else is touched."""
 from __future__ import annotations
 
+import functools
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, TensorProto, helper
+from onnx import NodeProto, TensorProto, helper
 
 from ... import contract as C
+from ...onnxio.format import len_field
 from ...onnxio.walk import iter_graphs
 from ..match.bias import bias_initializer
 from ..report import Match
@@ -28,9 +31,10 @@ class NameGen:
         self.indexes = indexes
 
     def _taken(self, name: str) -> bool:
-        return name in self.used or any(
+        # name_ids holds every string of its graph: a name not there is none of these
+        return name in self.used or any(name in ix.name_ids and (
             name in ix.producer or bool(ix.consumers[name]) or name in ix.initializers or name in ix.graph_inputs
-            or name in ix.value_types or name in ix.node_names() for ix in self.indexes)
+            or name in ix.value_types or name in ix.node_names()) for ix in self.indexes)
 
     def __call__(self, base: str) -> str:
         name, k = base, 0
@@ -42,7 +46,7 @@ class NameGen:
 
 
 def emit_nodes(idx, m: Match, em: Emission, compute_type: int, use_bias: bool, names: NameGen,
-               dead: set) -> list[NodeProto]:
+               dead: set) -> list[Field]:
     """The replacement for the GELU ``m`` of graph ``idx``; with ``use_bias``
     its bias Add is folded in (a bias initializer that becomes unread goes to
     ``dead``). A bias inside a single-op GELU that ``em`` does not take
@@ -54,24 +58,24 @@ def emit_nodes(idx, m: Match, em: Emission, compute_type: int, use_bias: bool, n
     return write(em, m.leaf, None, m, compute_type, names, idx.graph)
 
 
-def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: NameGen, graph) -> list[NodeProto]:
+def emit_after_add(m: Match, bias: str, em: Emission, compute_type: int, names: NameGen, graph) -> list[Field]:
     """Add(x, bias) written out, then ``em`` without a bias: for a bias the
     target's op cannot take (Gelu-20, QuickGelu) that the old node held."""
     biased = names(f"{m.leaf}_biased")
-    add = new_node("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
+    add = node_field("Add", [m.leaf, bias], [biased], names(f"{m.root}_bias_Add"))
     return [add] + write(em, biased, None, m, compute_type, names, graph)
 
 
 def write(em: Emission, x: str, bias: str | None, m: Match, compute_type: int, names: NameGen,
-          graph) -> list[NodeProto]:
+          graph) -> list[Field]:
     """``em`` as nodes reading ``x`` (of m's input type) and the 1-D ``bias``,
     writing m.root (of m's output type): [Cast] -> em's nodes -> [Cast], its
     constants appended to ``graph``'s initializers; every new name from
     ``names``."""
-    nodes: list[NodeProto] = []
+    nodes: list[Field] = []
     if m.leaf_type != compute_type:
         cx = names(f"{x}_cast")
-        nodes.append(new_node("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
+        nodes.append(node_field("Cast", [x], [cx], names(f"{cx}_Cast"), to=compute_type))
         x = cx
     local = {"x": x, "bias": bias}
     for key, value in em.consts.items():
@@ -84,11 +88,11 @@ def write(em: Emission, x: str, bias: str | None, m: Match, compute_type: int, n
             out = names(f"{m.root}_{n.output}")
         else:
             out = m.root if m.root_type == compute_type else names(f"{m.root}_gelu")
-        nodes.append(new_node(n.op_type, [local[i] for i in n.inputs], [out], names(f"{m.root}_{n.op_type}"),
-                           n.domain or None, **n.attrs))
+        nodes.append(node_field(n.op_type, [local[i] for i in n.inputs], [out], names(f"{m.root}_{n.op_type}"),
+                                n.domain or None, **n.attrs))
         local[n.output] = out
     if out != m.root:
-        nodes.append(new_node("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
+        nodes.append(node_field("Cast", [out], [m.root], names(f"{m.root}_Cast"), to=m.root_type))
     return nodes
 
 
@@ -112,25 +116,30 @@ def _bias_1d(idx, m: Match, names: NameGen, dead: set) -> str:
     return flat.name
 
 
-def new_node(op_type: str, inputs, outputs, name: str | None, domain: str | None = None, **attrs) -> NodeProto:
-    """helper.make_node's result, without its per-attribute type sniffing
-    (abc isinstance checks: most of the rewrite's time on big graphs)."""
-    node = NodeProto(op_type=op_type, input=inputs, output=outputs, name=name)
-    if domain is not None:
-        node.domain = domain
-    for key in sorted(attrs):
-        v = attrs[key]
-        if v is None:
-            continue
-        if type(v) is float:
-            node.attribute.add(name=key, f=v, type=AttributeProto.FLOAT)
-        elif type(v) is int:
-            node.attribute.add(name=key, i=v, type=AttributeProto.INT)
-        elif type(v) is str:
-            node.attribute.add(name=key, s=v.encode("utf-8"), type=AttributeProto.STRING)
-        else:
-            node.attribute.append(helper.make_attribute(key, v))
-    return node
+class Field(NamedTuple):
+    """A node written as a graph's node field, and the names it reads and writes."""
+
+    inputs: list[str]
+    outputs: list[str]
+    data: bytes
+
+
+def node_field(op_type: str, inputs: list[str], outputs: list[str], name: str | None, domain: str | None = None,
+               **attrs) -> Field:
+    """helper.make_node's node as a graph's node field: its names, then its op
+    type, attributes and domain serialized once per kind of node (protobuf
+    writes fields in number order: input 1, output 2, name 3, then those)."""
+    try:
+        tail = _tail(op_type, domain, tuple(sorted(attrs.items())))
+    except TypeError:  # an unhashable attribute value (a list): no cache
+        tail = _tail.__wrapped__(op_type, domain, tuple(sorted(attrs.items())))
+    head = NodeProto(input=inputs, output=outputs, name=name).SerializeToString()
+    return Field(inputs, outputs, len_field(head + tail))
+
+
+@functools.cache
+def _tail(op_type: str, domain: str | None, attrs: tuple) -> bytes:
+    return helper.make_node(op_type, [], [], domain=domain, **dict(attrs)).SerializeToString()
 
 
 # In-place deletes move up to len(drop) * len(rep) pointers: past this, a rebuild.

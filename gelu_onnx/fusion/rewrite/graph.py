@@ -5,6 +5,8 @@ where its last node was; the graph's node list is then replaced in one parse.
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from .emit import dead_constants, emit_nodes, remove_indices
@@ -30,17 +32,18 @@ def _emit_all(g, names, dead: set) -> list:
     edits = []
     read, written = [], []
     for s in g.selected:
-        mt, c = s.match, s.candidate
-        if c.legacy:
-            nodes = single_op.legacy_nodes(mt, c.legacy_bias, s.emission, s.compute_type, names, idx.graph)
+        mt = s.match
+        if s.legacy:
+            nodes = single_op.legacy_nodes(mt, s.legacy_bias, s.emission, s.compute_type, names, idx.graph)
         else:
             nodes = emit_nodes(idx, mt, s.emission, s.compute_type, s.use_bias, names, dead)
             dead.update(mt.consts)
-        edits.append((max(mt.nodes), b"".join(len_field(n.SerializeToString()) for n in nodes), s.removed))
-        read.extend(x for n in nodes for x in n.input if x)
-        written.extend(x for n in nodes for x in n.output if x)
+        edits.append((max(mt.nodes), b"".join(n.data for n in nodes), s.removed))
+        for n in nodes:
+            read.extend(n.inputs)
+            written.extend(n.outputs)
     ids = [t.scan.find_many(x).astype(np.int64) for x in (read, written)]  # one call each: ~1 µs a name
-    return edits, ids[0][ids[0] >= 0], ids[1][ids[1] >= 0]
+    return edits, ids[0][ids[0] > 0], ids[1][ids[1] > 0]  # 0: the empty name
 
 
 def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set, tidy: bool) -> None:
@@ -54,10 +57,7 @@ def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set, ti
     graph = idx.graph
     n = t.n
     keep = np.ones(n, bool)
-    at: dict[int, bytes] = {}
-    for pos, body, removed in edits:
-        keep[removed] = False
-        at[pos] = body
+    keep[[i for _, _, removed in edits for i in removed]] = False
     readers = np.bincount(s.in_ids[np.repeat(keep, t.in_count)], minlength=len(t.names))
     readers += np.bincount(read, minlength=len(t.names))  # a name read once is enough to keep it
     readers[s.output_name] += 1
@@ -71,7 +71,7 @@ def _splice(g, edits: list, read: np.ndarray, written: np.ndarray, dead: set, ti
     keep &= ~gone_node
     # a node holding subgraphs as it is now (its bodies may have changed)
     alone = {i: len_field(graph.node[i].SerializeToString()) for i in t.with_subgraphs if keep[i]}
-    chunks = node_fields(s, keep, [(p, 0, body) for p, body in at.items()], alone)
+    chunks = node_fields(s, keep, [(p, 0, body) for p, body, _ in edits], alone)
     del graph.node[:]
     graph.MergeFromString(chunks)
     remove_indices(graph.initializer, set(np.flatnonzero(gone_init).tolist()))
@@ -117,5 +117,5 @@ def node_fields(s, keep: np.ndarray, inserts: list, alone: dict | None = None) -
     data = s.data
     items = [(f, 1, alone[f] if f in alone else data[start[f]:end[la]])
              for f, la in zip(firsts.tolist(), lasts.tolist())] + inserts
-    items.sort(key=lambda it: (it[0], it[1]))
+    items.sort(key=itemgetter(0, 1))
     return b"".join(body for _, _, body in items)
