@@ -35,7 +35,7 @@ def elementwise_shape(idx, name: str) -> tuple | None:
                 stack.extend(todo)
                 continue
         # inputs known, or still not: back on a cycle, which reads as unknown
-        memo[n] = broadcast([memo.get(x) for x in args])
+        memo[n] = broadcast(list(map(memo.get, args)))
         stack.pop()
     return memo.get(name)
 
