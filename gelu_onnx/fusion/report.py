@@ -91,7 +91,7 @@ class NearMiss:
                 "form": self.form, "gelu_like": self.gelu_like}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Match:
     """A GELU found in one graph, as names and node positions of that graph
     (the GraphPlan that holds it has the graph's GraphIndex)."""
@@ -100,7 +100,7 @@ class Match:
     root: str
     leaf: str
     nodes: tuple[int, ...]
-    consts: frozenset[str]
+    consts: tuple[str, ...]  # sorted
     form: str
     alpha: float | None
     leaf_type: int

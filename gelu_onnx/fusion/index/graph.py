@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
+from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, helper, numpy_helper
 
 from ...contract import np_dtype
 from ...onnxio import tensor_array
@@ -59,19 +59,18 @@ def constant_node_value(node: NodeProto, i: int) -> ConstInfo | None:
     # business, so such a node is never a constant to us (nothing is fused).
     if len(node.attribute) != 1:
         return None
-    for attr in node.attribute:
-        if attr.name == "value" and attr.type == AttributeProto.TENSOR:
-            v = tensor_value(attr.t)
-            return None if v is None else ConstInfo(v, attr.t.data_type, producer=i)
-        if attr.name == "value_float":
-            return ConstInfo(np.array(attr.f, dtype=np.float32), TensorProto.FLOAT, producer=i)
-        if attr.name == "value_floats":
-            return ConstInfo(np.array(attr.floats, dtype=np.float32), TensorProto.FLOAT, producer=i)
-        if attr.name == "value_int":
-            return ConstInfo(np.array(attr.i, dtype=np.int64), TensorProto.INT64, producer=i)
-        if attr.name == "value_ints":
-            return ConstInfo(np.array(attr.ints, dtype=np.int64), TensorProto.INT64, producer=i)
+    attr = node.attribute[0]
+    if attr.name == "value" and attr.type == AttributeProto.TENSOR:
+        v = tensor_value(attr.t)
+        return None if v is None else ConstInfo(v, attr.t.data_type, producer=i)
+    if attr.name in _LISTED_VALUES:
+        et = _LISTED_VALUES[attr.name]
+        return ConstInfo(np.array(helper.get_attribute_value(attr), dtype=np_dtype(et)), et, producer=i)
     return None
+
+
+_LISTED_VALUES = {"value_float": TensorProto.FLOAT, "value_floats": TensorProto.FLOAT,
+                  "value_int": TensorProto.INT64, "value_ints": TensorProto.INT64}
 
 
 def elem_type_of(fallback: int, node: NodeProto) -> int:
@@ -102,8 +101,7 @@ def scalar_const(idx: GraphIndex, name: str):
     memo = idx.scalar_consts
     if name in memo:
         return memo[name]
-    t = idx.initializers.get(name)
-    if t is not None and math.prod(t.dims) != 1:
+    if name in idx.initializers and math.prod(idx.initializers[name].dims) != 1:
         memo[name] = None  # more than one element: decided from the dims, the values unread
         return None
     c = idx.constant(name)
@@ -131,12 +129,10 @@ def _rank_neutral(idx: GraphIndex, name: str, rank: int) -> bool:
 
 
 class Slices:
-    """``values[off[k]:off[k + 1]]`` for node k, or for the string id of the
-    name k when built with ``ids`` (() for a name not in the graph), sliced
-    per access from flat tuples: a big graph's index holds no per-node
-    container that the cycle collector would walk in every full
-    collection (that was a fifth of a 100k-GELU chain's fuse), and a deep
-    export's, whose matcher reads a few nodes, makes none."""
+    """``values[off[k]:off[k + 1]]`` for node k, or for the name k with
+    ``ids`` (() for a name not in the graph), sliced per access from flat
+    tuples: no per-node container for the cycle collector to walk (that was
+    a fifth of a 100k-GELU chain's fuse), none made where few are read."""
 
     __slots__ = ("_values", "_off", "_ids")
 
@@ -148,6 +144,20 @@ class Slices:
             k = self._ids.get(k, 0)
         off = self._off
         return self._values[off[k]:off[k + 1]]
+
+
+class Initializers:
+    """Name -> the graph's TensorProto, taken from the graph per access: a
+    chain's 100k bias vectors keep no wrapper each for the cycle collector."""
+
+    def __init__(self, names: list[str], protos):
+        self._at, self._protos = {n: k for k, n in enumerate(names)}, protos
+
+    def __contains__(self, name) -> bool:
+        return name in self._at
+
+    def __getitem__(self, name: str):
+        return self._protos[self._at[name]]
 
 
 def default_domain(table) -> np.ndarray:
@@ -219,7 +229,7 @@ class GraphIndex:
         self.graph_inputs = set(names[s.input_name].tolist())
         self.graph_outputs = set(names[s.output_name].tolist())
         inits = names[s.init_name].tolist()
-        self.initializers = dict(zip(inits, self.graph.initializer, strict=True))
+        self.initializers = Initializers(inits, self.graph.initializer)
         self.value_types = {**dict(zip(inits, s.init_dtype.tolist())), **declared_types}
         dims, off = tuple(s.init_dims.tolist()), s.init_dims_off.tolist()
         self.value_shapes = {**{n: dims[off[k]:off[k + 1]] for k, n in enumerate(inits)}, **declared_shapes}

@@ -39,7 +39,7 @@ MAX_ROOT_DEPTH = 5
 MAX_LEAF_DEPTH = 6
 
 
-@dataclass
+@dataclass(slots=True)
 class Cone:
     nodes: set[int] = field(default_factory=set)
     sources: list[str] = field(default_factory=list)
@@ -48,10 +48,11 @@ class Cone:
     # lenient walks only: (kind, name) of each stand-in constant, in walk order, and their values
     odd: list[tuple[str, str]] = field(default_factory=list)
     values: dict[str, np.ndarray] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
 
 
 def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor: int | None = None,
-          fail_fast: bool = False, lenient: bool = False) -> Cone:
+          fail_fast: bool = False, lenient: bool = False, past: Cone | None = None) -> Cone:
     """Backward elementwise cone of ``root``; ``stop`` tensors count as sources.
 
     Transcendentals other than ``anchor`` are boundaries too: a GELU has
@@ -59,39 +60,44 @@ def cone(idx: GraphIndex, root: str, stop: frozenset[str] = frozenset(), anchor:
     not in ``stop`` (the caller only wants to know whether ``stop`` dominates),
     which keeps the cost per GELU constant even where GELUs are chained.
     ``lenient`` (the near-miss diagnosis) also takes the constants a GELU
-    may not hold as constants, recorded in ``odd`` (_stand_in)."""
-    cone = Cone()
-    seen: set[str] = set()
-    todo = [root]
-    maybe, cls = idx.const_names, idx.region_node_class
+    may not hold as constants, recorded in ``odd`` (_stand_in). ``past``: a
+    walk of ``root`` cut at more tensors, gone on with past its sources."""
+    if past is None:
+        cone, todo = Cone(), [root]
+    else:
+        todo = [t for t in past.sources if t not in stop]
+        cone = Cone(set(past.nodes), [t for t in past.sources if t in stop], set(past.consts),
+                    seen=past.seen.difference(todo))
+    nodes, sources, consts, seen = cone.nodes, cone.sources, cone.consts, cone.seen
+    maybe, cls, producer, ops, ins = idx.const_names, idx.region_node_class, idx.producer, idx.ops, idx.ins
     while todo:
         t = todo.pop()
         if t in seen:
             continue
         seen.add(t)
         if t in stop and t != root:
-            cone.sources.append(t)
+            sources.append(t)
             continue
         if lenient:
             if _stand_in(idx, t, cone):
                 continue
         elif t in maybe and scalar_const(idx, t) is not None:
-            cone.consts.add(t)
+            consts.add(t)
             continue
-        p = idx.producer.get(t)
-        if p is None or not cls[p] or (anchor is not None and p != anchor and idx.ops[p] in ANCHOR_OPS):
-            cone.sources.append(t)
+        p = producer.get(t)
+        if p is None or not cls[p] or (anchor is not None and p != anchor and ops[p] in ANCHOR_OPS):
+            sources.append(t)
             if fail_fast:
                 return cone
             continue
-        if len(cone.nodes) >= MAX_REGION_NODES:
+        if len(nodes) >= MAX_REGION_NODES:
             cone.truncated = True
-            cone.sources.append(t)
+            sources.append(t)
             if fail_fast:
                 return cone
             continue
-        cone.nodes.add(p)
-        todo.extend(idx.ins[p])
+        nodes.add(p)
+        todo.extend(ins[p])
     return cone
 
 
@@ -104,7 +110,7 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
     found: list[tuple[int, str]] = []
     frontier = [(out, 0)]
     seen = {out}
-    ops, consumers, cls = idx.ops, idx.consumers, idx.region_node_class
+    ops, consumers, cls, outs, ins = idx.ops, idx.consumers, idx.region_node_class, idx.outs, idx.ins
     while frontier:
         t, d = frontier.pop()
         if d >= MAX_ROOT_DEPTH:
@@ -112,11 +118,11 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
         for c in consumers[t]:
             if not cls[c] or ops[c] in ANCHOR_OPS:
                 continue
-            o = idx.outs[c][0]
+            o = outs[c][0]
             if o in seen:
                 continue
             seen.add(o)
-            if leaves is not None and any(_bad_source(idx, x, anchor, leaves) for x in idx.ins[c]):
+            if leaves is not None and any(x != t and _bad_source(idx, x, anchor, leaves) for x in ins[c]):
                 continue
             found.append((d + 1, o))
             frontier.append((o, d + 1))
@@ -127,9 +133,7 @@ def root_candidates(idx: GraphIndex, anchor: int, leaves: frozenset[str] | None 
 def _bad_source(idx: GraphIndex, t: str, anchor: int, leaves: frozenset[str]) -> bool:
     """Not in ``leaves``, no scalar constant, and not made by an elementwise
     node (or made by another anchor): every cone through it ends there."""
-    if t in leaves:
-        return False
-    if t in idx.const_names and scalar_const(idx, t) is not None:
+    if t in leaves or (t in idx.const_names and scalar_const(idx, t) is not None):
         return False
     p = idx.producer.get(t)
     return p is None or not idx.region_node_class[p] or (p != anchor and idx.ops[p] in ANCHOR_OPS)
@@ -159,11 +163,11 @@ def leaf_candidates(idx: GraphIndex, anchor: int) -> list[str]:
     return out
 
 
-def find_leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str]):
-    """The nearest candidate that dominates the root's cone, with that cone."""
+def find_leaf(idx: GraphIndex, root: str, anchor: int, candidates: list[str], pre: Cone):
+    """The nearest candidate dominating the root's cone (``pre``: cut at every candidate), with that cone."""
     for t in candidates:
-        sub = cone(idx, root, frozenset([t]), anchor, fail_fast=True)
-        if sub.sources == [t] and anchor in sub.nodes and not sub.truncated:
+        sub = cone(idx, root, frozenset([t]), anchor, fail_fast=True, past=pre)
+        if sub.sources == [t] and not sub.truncated:
             return t, sub
     return None, None
 
@@ -189,7 +193,7 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
         pre = cone(idx, root, cand_set, anchor, fail_fast=True)
         leaf = sub = None
         if not pre.truncated and anchor in pre.nodes and set(pre.sources) <= cand_set:
-            leaf, sub = find_leaf(idx, root, anchor, candidates)
+            leaf, sub = find_leaf(idx, root, anchor, candidates, pre)
         if leaf is None:
             continue
         with_leaf.add(root)
@@ -214,7 +218,7 @@ def match_anchor(idx: GraphIndex, anchor: int) -> MatchResult:
             miss(*v)
             continue
         return MatchResult(Match(anchor=anchor, root=root, leaf=leaf, nodes=tuple(nodes),
-                                 consts=frozenset(sub.consts), form=chk.form, alpha=chk.alpha,
+                                 consts=tuple(sorted(sub.consts)), form=chk.form, alpha=chk.alpha,
                                  leaf_type=chk.leaf_type, root_type=chk.root_type, precision=chk.precision,
                                  error=chk.error, key=key))
     if not reasons and rough:

@@ -38,9 +38,10 @@ def gelu_reference(form: str, x: np.ndarray, alpha: float | None = None) -> np.n
 
 def evaluate(idx: GraphIndex, nodes: list[int], leaf: str, x: np.ndarray,
               extra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Values of every region tensor for leaf = x (float64). ``extra`` maps
-    further names to values (diagnostics: other sources, overridable or
-    [1,1]-shaped constants)."""
+    """Values of every region tensor for leaf = x (float64). ``nodes`` in
+    graph order, which computes them (plan sorts every graph it indexes).
+    ``extra`` maps further names to values (diagnostics: other sources,
+    overridable or [1,1]-shaped constants)."""
     vals: dict[str, np.ndarray] = {leaf: x}
     if extra:
         vals.update(extra)
@@ -51,30 +52,11 @@ def evaluate(idx: GraphIndex, nodes: list[int], leaf: str, x: np.ndarray,
         return np.asarray(idx.constant(n).value, dtype=np.float64).reshape(())
 
     with np.errstate(all="ignore"):
-        for i in _dependency_order(idx, nodes):
+        for i in nodes:
             node = idx.node(i)
             op = OPS[node.op_type]
             vals[node.output[0]] = np.asarray(op.f64(*map(get, node.input[:op.arity])), dtype=np.float64)
     return vals
-
-
-def _dependency_order(idx: GraphIndex, nodes: list[int]) -> list[int]:
-    """The region's nodes with each after the region nodes it reads: file
-    order, unless the file's nodes are out of topological order (the checker
-    refuses such a file; the API takes the ModelProto as it is)."""
-    made = {o: i for i in nodes for o in idx.outs[i]}
-    if all(made.get(t, -1) < i for i in nodes for t in idx.raw_ins[i]):
-        return nodes
-    out: list[int] = []
-    todo = list(nodes)
-    while todo:
-        done = set(out)
-        ready = [i for i in todo if all(t not in made or made[t] in done for t in idx.raw_ins[i])]
-        if not ready:  # a cycle (no order computes it): as written
-            return out + todo
-        out += ready
-        todo = [i for i in todo if i not in ready]
-    return out
 
 
 _QUICK_X = np.array([-3.0, 0.5, 3.0])
@@ -283,14 +265,15 @@ def intermediate_violation(idx: GraphIndex, nodes: list[int], root: str, consts=
     """Why the region cannot be fused (a Code and a reason), or None. Type-only
     readers of its inner tensors (allowed) are added to ``readers``."""
     region = set(nodes)
+    outs, consumers, graph_outputs = idx.outs, idx.consumers, idx.graph_outputs
     for i in nodes:
-        for o in idx.outs[i]:
+        for o in outs[i]:
             if o == root:
                 continue
-            if o in idx.graph_outputs:
+            if o in graph_outputs:
                 return Code.GRAPH_OUTPUT, f"intermediate '{o}' is a graph output"
-            cs = idx.consumers[o]
-            if all(c in region for c in cs):
+            cs = consumers[o]
+            if region.issuperset(cs):
                 continue
             if readers is not None:
                 readers.extend(c for c in cs if c not in region)

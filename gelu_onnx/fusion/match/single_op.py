@@ -165,7 +165,7 @@ def find_native(idx: GraphIndex):
                                    f"(run onnx.shape_inference on the model first)", form))
             continue
         bias = dict(bias=ins[1], bias_input=x, bias_inside=True) if has_bias else {}
-        matches.append(Match(anchor=i, root=y, leaf=x, nodes=(i,), consts=frozenset(), form=form, alpha=alpha,
+        matches.append(Match(anchor=i, root=y, leaf=x, nodes=(i,), consts=(), form=form, alpha=alpha,
                              leaf_type=et, root_type=et, precision=C.FLOAT_DTYPES.get(et, str(et)), error=0.0,
                              single_op=node, **bias))
     return matches, misses
@@ -250,7 +250,7 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
         if last_dim(idx, x) != bias.size:
             return None, None, (f"bias has {bias.size} values but the input's last dimension is not known to be "
                                 f"{bias.size} (the plugin added bias[i % {bias.size}] over the flat tensor)")
-    m = Match(anchor=i, root=node.output[0], leaf=x, nodes=(i,), consts=frozenset(), form="tanh", alpha=None,
+    m = Match(anchor=i, root=node.output[0], leaf=x, nodes=(i,), consts=(), form="tanh", alpha=None,
               leaf_type=et, root_type=et, precision=C.FLOAT_DTYPES[et], error=0.0)
     return m, bias, None
 
