@@ -292,6 +292,27 @@ def test_bias_after_matmul_needs_no_shape_inference(monkeypatch):
     assert bias.last_dim(_index(m), "mm") == 8
 
 
+def test_broadcast_is_numpys_and_keeps_unknown_dims():
+    """index.shapes.broadcast (its suffix shortcut and its per-dim path)
+    against numpy's broadcast_shapes on random known shapes; unknown (None)
+    dims stay unknown; shapes are tuples (the cycle collector skips them)."""
+    from gelu_onnx.fusion.index.shapes import broadcast
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        shapes = [tuple(int(d) for d in rng.choice([1, 2, 3], size=rng.integers(0, 4)))
+                  for _ in range(rng.integers(1, 4))]
+        try:
+            want = tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            want = None
+        got = broadcast(shapes)
+        assert got == want and (got is None or type(got) is tuple), shapes
+    assert broadcast([(None, 16), (16,), ()]) == (None, 16)
+    assert broadcast([(None, 3), (2, 1, 3)]) == (2, None, 3)
+    assert broadcast([(None, 3), (2, 4)]) is None and broadcast([(2,), None]) is None
+
+
 def _index(m):
     from gelu_onnx.fusion.index.graph import GraphIndex
     from gelu_onnx.onnxio.arraytable import scanned_table

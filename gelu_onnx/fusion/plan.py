@@ -118,7 +118,7 @@ def _plan_graph(graph, tbl, parent, path, base_dir, inferred, may_sort, out: lis
     ones, one_misses = single_op.find_native(idx) if one_node else ([], [])
     misses += one_misses
     for m in matches:
-        idx.region_inputs[m.root] = [m.leaf, *m.consts]
+        idx.region_inputs[m.root] = (m.leaf, *m.consts)
     matches = [find_bias(idx, m) for m in matches]
     ones = [m if m.bias_inside else find_bias(idx, m) for m in ones]
     legacy, legacy_misses = single_op.find_legacy(idx) if one_node else ([], [])

@@ -198,13 +198,14 @@ class GraphIndex:
         self.base_dir = parent.base_dir if parent is not None else base_dir
         assert table.graph is graph and table.n == len(graph.node)
         declared_types: dict[str, int] = {}
-        declared_shapes: dict[str, list] = {}
+        declared_shapes: dict[str, tuple] = {}
         for vi in (*graph.input, *graph.output, *graph.value_info):
             tt = vi.type.tensor_type
             if vi.type.HasField("tensor_type") and tt.elem_type:
                 declared_types[vi.name] = tt.elem_type
                 if tt.HasField("shape"):
-                    declared_shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+                    declared_shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                                     for d in tt.shape.dim)
         self._from_arrays(table, declared_types, declared_shapes)
         # The matcher's per-graph caches (fusion/match/matcher.py, fusion/match/numeric.py),
         # filled lazily: scalar constants by name, numeric checks by region key.
@@ -216,8 +217,8 @@ class GraphIndex:
         self.const_keys: dict[str, tuple] = {}  # constant -> (elem type, dtype, stored bytes)
         self._const_cache: dict[str, ConstInfo | None] = {}
         self._names: set[str] | None = None
-        self.shape_memo: dict[str, list | None] = {}  # fusion.index.shapes.elementwise_shape's
-        self.region_inputs: dict[str, list[str]] = {}  # a matched region's root -> [x, *its constants]
+        self.shape_memo: dict[str, tuple | None] = dict(self.value_shapes)  # shapes.elementwise_shape's
+        self.region_inputs: dict[str, tuple[str, ...]] = {}  # a matched region's root -> (x, *its constants)
 
     def _from_arrays(self, table, declared_types: dict, declared_shapes: dict) -> None:
         """The maps and lists from an onnxio.ArrayTable (the native scanner's
@@ -230,7 +231,7 @@ class GraphIndex:
         inits = names[s.init_name].tolist()
         self.initializers = Initializers(inits, self.graph.initializer)
         self.value_types = {**dict(zip(inits, s.init_dtype.tolist())), **declared_types}
-        dims, off = s.init_dims.tolist(), s.init_dims_off.tolist()
+        dims, off = tuple(s.init_dims.tolist()), s.init_dims_off.tolist()
         self.value_shapes = {**{n: dims[off[k]:off[k + 1]] for k, n in enumerate(inits)}, **declared_shapes}
         self.nodes = table.nodes
         self.ops, self.domains = table.ops, table.domains
@@ -287,7 +288,7 @@ class GraphIndex:
             return self.parent.elem_type(name)
         return None
 
-    def shape(self, name: str) -> list | None:
+    def shape(self, name: str) -> tuple | None:
         """Declared, else carried through elementwise nodes from declared
         shapes and constants when that fixes the last dim (all a bias needs;
         onnx's inference would say the same), else onnx's shape inference

@@ -9,7 +9,8 @@ Reshape, a DequantizeLinear or a hand-built model without value_info in front).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields
+from operator import attrgetter
 
 import numpy as np
 from onnx import ModelProto, TensorProto, shape_inference
@@ -40,11 +41,11 @@ class InferredShapes:
         vi = self._infos.get(name)
         return vi.type.tensor_type if vi is not None and vi.type.HasField("tensor_type") else None
 
-    def shape(self, name: str) -> list | None:
+    def shape(self, name: str) -> tuple | None:
         tt = self._info(name)
         if tt is None or not tt.HasField("shape"):
             return None
-        return [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        return tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
 
     def elem_type(self, name: str) -> int | None:
         tt = self._info(name)
@@ -91,6 +92,11 @@ def find_initializer(idx: GraphIndex, name: str):
     return None
 
 
+# A biased Match's other fields, read in one call (dataclasses.replace re-reads every field's spec)
+_KEPT = tuple(f.name for f in fields(Match) if f.name not in ("bias", "bias_input", "bias_node"))
+_kept = attrgetter(*_KEPT)
+
+
 def find_bias(idx: GraphIndex, m: Match) -> Match:
     """``m`` with its bias, when x = Add(h, b) with b a constant over x's
     last dim: 1-D, or [1, ..., 1, H] when that cannot widen h (h's rank is
@@ -106,7 +112,7 @@ def find_bias(idx: GraphIndex, m: Match) -> Match:
         return m
     for b, h in ((ins[1], ins[0]), (ins[0], ins[1])):
         dims = const_dims(idx, b)
-        if dims is None or idx.constant(h) is not None or const_dims(idx, h) is not None:
+        if dims is None or const_dims(idx, h) is not None:  # h a constant too (idx.constant(h) included)
             continue
         if not dims or dims[-1] < 1 or any(d != 1 for d in dims[:-1]) or _const_type(idx, b) != m.leaf_type:
             continue
@@ -120,7 +126,7 @@ def find_bias(idx: GraphIndex, m: Match) -> Match:
                 if flat is None:
                     continue
         if last_dim(idx, h) == dims[-1]:
-            return replace(m, bias=flat, bias_input=h, bias_node=p)
+            return Match(**dict(zip(_KEPT, _kept(m)), bias=flat, bias_input=h, bias_node=p))
     return m
 
 
@@ -133,9 +139,7 @@ def last_dim(idx: GraphIndex, name: str):
     if w is not None:
         return w
     shape = idx.shape(name)
-    if shape and shape[-1] is not None:
-        return shape[-1]
-    return None
+    return shape[-1] if shape else None
 
 
 def _weight_dim(idx: GraphIndex, name: str):
@@ -183,14 +187,14 @@ def const_dims(idx: GraphIndex, name: str):
     """Dims of a true constant without reading its payload; None otherwise."""
     name = _through_identity(idx, name)
     if name in idx.initializers and not idx.is_overridable(name):
-        return list(idx.initializers[name].dims)
+        return tuple(idx.initializers[name].dims)
     if idx.parent is not None and not idx.defines(name):
         return const_dims(idx.parent, name)
     op = _derived(idx, name)
     if op is not None:
         return _derived_dims(idx, idx.node(idx.producer[name]), op)
     c = idx.constant(name)
-    return list(c.value.shape) if c is not None else None
+    return c.value.shape if c is not None else None
 
 
 # Ops that compute a bias from constants without the matcher folding them:
@@ -228,14 +232,14 @@ def _derived_dims(idx: GraphIndex, node, op: str):
         out = list(dims)
         for a in axes:
             out.insert(a, 1)
-        return out
+        return tuple(out)
     if any(a.name == "allowzero" and a.i for a in node.attribute):
         return None
     out = [dims[i] if v == 0 and i < len(dims) else v for i, v in enumerate(vals)]
     if out.count(-1) == 1:
         known = int(np.prod([d for d in out if d != -1])) or 1
         out[out.index(-1)] = size // known
-    return out if int(np.prod(out)) == size and all(d >= 0 for d in out) else None
+    return tuple(out) if int(np.prod(out)) == size and all(d >= 0 for d in out) else None
 
 
 def _flat_source(idx: GraphIndex, name: str) -> str | None:
