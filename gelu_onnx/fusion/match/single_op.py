@@ -28,7 +28,7 @@ from ... import contract as C
 from ..index.graph import GraphIndex, tensor_value
 from ..report import Match, Code, NearMiss
 from .bias import const_dims, last_dim
-from ..rewrite.emit import emit_after_add, write
+from ..rewrite.emit import Field, emit_after_add, write
 
 
 def _attr(node: NodeProto, name: str):
@@ -256,8 +256,8 @@ def _legacy_match(idx: GraphIndex, i: int, node: NodeProto):
 
 
 def legacy_nodes(m: Match, bias: np.ndarray | None, em: Emission, compute_type: int, names: NameGen,
-                 graph) -> list[NodeProto]:
-    """Replacement nodes; the bias becomes a 1-D initializer of X's type,
+                 graph) -> list[Field]:
+    """Replacement node fields (emit.write); the bias becomes a 1-D initializer of X's type,
     read by the emission where it takes the bias (em.inputs_bias), else
     added in front."""
     if bias is None:
