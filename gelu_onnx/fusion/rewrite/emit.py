@@ -137,7 +137,7 @@ def node_field(op_type: str, inputs: list[str], outputs: list[str], name: str | 
     return Field(inputs, outputs, len_field(head + tail))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # kinds of node: a few per model; bounded for a long-lived process
 def _tail(op_type: str, domain: str | None, attrs: tuple) -> bytes:
     return helper.make_node(op_type, [], [], domain=domain, **dict(attrs)).SerializeToString()
 
