@@ -144,9 +144,10 @@ class Fusion:
     op: str
 
     def as_dict(self) -> dict:
-        """dataclasses.asdict(self), written out (a report can hold 100 000 of these)."""
+        """dataclasses.asdict(self), written out (a report can hold 100 000 of these), nodes as
+        the list JSON gives (``fuse --json``)."""
         return {"form": self.form, "bias": self.bias, "alpha": self.alpha, "graph": self.graph, "root": self.root,
-                "nodes": self.nodes, "dtype": self.dtype, "op": self.op}
+                "nodes": list(self.nodes), "dtype": self.dtype, "op": self.op}
 
 
 @dataclass

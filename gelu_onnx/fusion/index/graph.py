@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, helper, numpy_helper
+from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, numpy_helper
 
 from ...contract import np_dtype
 from ...onnxio import tensor_array
@@ -63,14 +63,14 @@ def constant_node_value(node: NodeProto, i: int) -> ConstInfo | None:
     if attr.name == "value" and attr.type == AttributeProto.TENSOR:
         v = tensor_value(attr.t)
         return None if v is None else ConstInfo(v, attr.t.data_type, producer=i)
-    if attr.name in _LISTED_VALUES:
-        et = _LISTED_VALUES[attr.name]
-        return ConstInfo(np.array(helper.get_attribute_value(attr), dtype=np_dtype(et)), et, producer=i)
+    if attr.name in _LISTED_VALUES:  # the field as stored (a reference's, to a caller's attribute, is empty)
+        field, et = _LISTED_VALUES[attr.name]
+        return ConstInfo(np.array(getattr(attr, field), dtype=np_dtype(et)), et, producer=i)
     return None
 
 
-_LISTED_VALUES = {"value_float": TensorProto.FLOAT, "value_floats": TensorProto.FLOAT,
-                  "value_int": TensorProto.INT64, "value_ints": TensorProto.INT64}
+_LISTED_VALUES = {"value_float": ("f", TensorProto.FLOAT), "value_floats": ("floats", TensorProto.FLOAT),
+                  "value_int": ("i", TensorProto.INT64), "value_ints": ("ints", TensorProto.INT64)}
 
 
 def elem_type_of(fallback: int, node: NodeProto) -> int:
